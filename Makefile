@@ -1,0 +1,50 @@
+# incastlab: every target runs inside the project's venv; the network ones need root.
+# Pass options through ARGS, e.g.  make compare ARGS="--steps 5 --workers 4"
+PY      := .venv/bin/python
+IL      := .venv/bin/incastlab
+ARGS    ?=
+RUN     ?= results/latest
+
+.PHONY: deps test test-unit test-integration lint fabric compare straggler report dashboard bench soak clean-net clean
+
+deps:            ## install everything (Debian packages, Open vSwitch running, .venv); idempotent
+	bash scripts/deps.sh
+
+test: lint       ## the whole suite: unit, integration (real Mininet/OVS/controller), browser
+	$(PY) -m pytest -ra $(ARGS)
+
+test-unit:       ## tests that need no network
+	$(PY) -m pytest -ra -m "not integration and not browser" $(ARGS)
+
+test-integration:
+	$(PY) -m pytest -ra -m "integration or browser" $(ARGS)
+
+lint:
+	.venv/bin/ruff check .
+
+fabric:          ## bring up the default fabric, check and calibrate it (ARGS="--cli" for Mininet's CLI)
+	$(IL) fabric $(ARGS)
+
+compare:         ## the main job: PS vs ring all-reduce on the default fabric, report in results/latest
+	$(IL) compare $(ARGS)
+
+straggler:       ## sync / async / SSP / backup workers with one straggler
+	$(IL) straggler $(ARGS)
+
+report:          ## rebuild the report of a saved run:  make report RUN=results/<run>
+	$(IL) report $(RUN) $(ARGS)
+
+dashboard:       ## fabric up with the live dashboard on http://127.0.0.1:8080/ until Ctrl-C
+	$(IL) dashboard $(ARGS)
+
+bench:           ## benchmarks (not tests): collective bandwidth, PS/ring ratio, analysis speed
+	$(PY) -m bench $(ARGS)
+
+soak:            ## short compare runs back to back, reporting leaks
+	$(PY) -m bench.soak $(ARGS)
+
+clean-net:       ## remove bridges, veths, processes a crashed run left behind
+	$(IL) clean
+
+clean: clean-net
+	rm -rf .pytest_cache .ruff_cache tests/artifacts

@@ -1,0 +1,1 @@
+"""incastlab: analysis stage."""

@@ -1,0 +1,23 @@
+"""The one exception type of the analysis stage, so callers can turn any bad input into a one-line error."""
+
+from __future__ import annotations
+
+
+class AnalysisError(Exception):
+    """Bad or unusable input to the analysis stage; str(exc) is a one-line message for a person."""
+
+
+class PcapError(AnalysisError):
+    """A capture file that cannot be read (missing, empty, not a pcap, truncated, no TCP)."""
+
+
+class TruncatedPcapError(PcapError):
+    """The file ends inside a record; `record` is the 1-based number of the cut record."""
+
+    def __init__(self, message: str, record: int) -> None:
+        super().__init__(message)
+        self.record = record
+
+
+class NoTcpError(PcapError):
+    """A well-formed capture that holds no IPv4 TCP packet."""

@@ -1,0 +1,1 @@
+"""incastlab: capture stage."""

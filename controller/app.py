@@ -1,0 +1,147 @@
+"""The os-ken application: proactive leaf-spine forwarding, statistics polling, the HTTP API.
+
+One handler per OpenFlow message type, as in os-ken's sample apps. Configuration comes from
+controller.main through the module-level CONFIG before os-ken instantiates the app.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import eventlet
+import eventlet.wsgi
+from os_ken.base import app_manager
+from os_ken.controller import ofp_event
+from os_ken.controller.handler import CONFIG_DISPATCHER, DEAD_DISPATCHER, MAIN_DISPATCHER, set_ev_cls
+from os_ken.lib import hub
+from os_ken.ofproto import ofproto_v1_3
+
+from controller.api import ApiApp
+from controller.routing import FlowRule, GroupRule, SwitchRules, compute_rules
+from controller.stats import StatsStore
+
+CONFIG: dict[str, Any] = {}
+LOG = logging.getLogger("incastlab.controller")
+
+
+class FabricController(app_manager.OSKenApp):
+    """Installs forwarding when a switch connects; polls its port and queue statistics."""
+
+    OFP_VERSIONS = [ofproto_v1_3.OFP_VERSION]
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.plan: dict[str, Any] = CONFIG["plan"]
+        self.interval: float = float(CONFIG.get("interval", 1.0))
+        self.rules: dict[int, SwitchRules] = compute_rules(self.plan)
+        record = CONFIG.get("record")
+        self.store = StatsStore(self.plan, record=Path(record) if record else None)
+        self.datapaths: dict[int, Any] = {}
+        phase = CONFIG.get("phase_file")
+        self.api = ApiApp(self.plan, self.store, lambda: set(self.datapaths),
+                          phase_file=Path(phase) if phase else None)
+        self.listener = CONFIG.get("api_socket") or eventlet.listen(
+            (CONFIG.get("api_host", "127.0.0.1"), int(CONFIG.get("api_port", 8080))))
+        self.threads.append(hub.spawn(eventlet.wsgi.server, self.listener, self.api, log_output=False))
+        self.threads.append(hub.spawn(self._poll))
+
+    # -- switch life cycle ------------------------------------------------------------------
+    @set_ev_cls(ofp_event.EventOFPSwitchFeatures, CONFIG_DISPATCHER)
+    def switch_features(self, ev: Any) -> None:
+        """A switch connected: replace its flows and groups with the plan's."""
+        dp = ev.msg.datapath
+        rules = self.rules.get(dp.id)
+        if rules is None:
+            LOG.warning("switch %016x is not in the plan; leaving it alone", dp.id)
+            return
+        self._install(dp, rules)
+        self.datapaths[dp.id] = dp
+        self.store.add_event("switch_connected", switch=rules.name)
+        LOG.info("%s connected: %d flows, %d groups", rules.name, len(rules.flows), len(rules.groups))
+
+    @set_ev_cls(ofp_event.EventOFPStateChange, [MAIN_DISPATCHER, DEAD_DISPATCHER])
+    def state_change(self, ev: Any) -> None:
+        """A switch disconnected: stop polling it."""
+        dp = ev.datapath
+        if ev.state == DEAD_DISPATCHER and dp.id in self.datapaths:
+            del self.datapaths[dp.id]
+            self.store.add_event("switch_disconnected", switch=self.store.dpid_name.get(dp.id, str(dp.id)))
+
+    @set_ev_cls(ofp_event.EventOFPPortStatus, MAIN_DISPATCHER)
+    def port_status(self, ev: Any) -> None:
+        """A port went up or down (a link fault): record it; the select groups fail over by themselves."""
+        msg = ev.msg
+        ofp = msg.datapath.ofproto
+        name = self.store.dpid_name.get(msg.datapath.id, str(msg.datapath.id))
+        down = bool(msg.desc.state & ofp.OFPPS_LINK_DOWN) or bool(msg.desc.config & ofp.OFPPC_PORT_DOWN)
+        reason = {ofp.OFPPR_ADD: "add", ofp.OFPPR_DELETE: "delete", ofp.OFPPR_MODIFY: "modify"}.get(
+            msg.reason, str(msg.reason))
+        self.store.add_event("port_down" if down else "port_up", switch=name, port=msg.desc.port_no,
+                             reason=reason)
+
+    # -- statistics -------------------------------------------------------------------------
+    def _poll(self) -> None:
+        """Ask every connected switch for port and queue statistics every interval."""
+        while True:
+            for dp in list(self.datapaths.values()):
+                parser, ofp = dp.ofproto_parser, dp.ofproto
+                try:
+                    dp.send_msg(parser.OFPPortStatsRequest(dp, 0, ofp.OFPP_ANY))
+                    dp.send_msg(parser.OFPQueueStatsRequest(dp, 0, ofp.OFPP_ANY, ofp.OFPQ_ALL))
+                except Exception as exc:  # noqa: BLE001 - a dying switch must not stop the poller
+                    LOG.warning("stats request to %016x failed: %s", dp.id, exc)
+            hub.sleep(self.interval)
+
+    @set_ev_cls(ofp_event.EventOFPPortStatsReply, MAIN_DISPATCHER)
+    def port_stats_reply(self, ev: Any) -> None:
+        """Port counters: bytes, packets, drops per port."""
+        dpid = ev.msg.datapath.id
+        t = self.store.now()
+        for s in ev.msg.body:
+            counters = {f: getattr(s, f) for f in ("tx_bytes", "rx_bytes", "tx_packets", "rx_packets",
+                                                   "tx_dropped", "rx_dropped", "tx_errors", "rx_errors")}
+            self.store.add_port(dpid, s.port_no, counters, s.duration_sec + s.duration_nsec * 1e-9, t)
+
+    @set_ev_cls(ofp_event.EventOFPQueueStatsReply, MAIN_DISPATCHER)
+    def queue_stats_reply(self, ev: Any) -> None:
+        """Queue counters: OVS reports the qdisc's drops as tx_errors."""
+        dpid = ev.msg.datapath.id
+        t = self.store.now()
+        for s in ev.msg.body:
+            counters = {"tx_bytes": s.tx_bytes, "tx_packets": s.tx_packets, "drops": s.tx_errors}
+            self.store.add_queue(dpid, s.port_no, s.queue_id, counters,
+                                 s.duration_sec + s.duration_nsec * 1e-9, t)
+
+    # -- flow programming -------------------------------------------------------------------
+    def _install(self, dp: Any, rules: SwitchRules) -> None:
+        parser, ofp = dp.ofproto_parser, dp.ofproto
+        dp.send_msg(parser.OFPFlowMod(datapath=dp, command=ofp.OFPFC_DELETE, table_id=ofp.OFPTT_ALL,
+                                      out_port=ofp.OFPP_ANY, out_group=ofp.OFPG_ANY, match=parser.OFPMatch()))
+        dp.send_msg(parser.OFPGroupMod(dp, command=ofp.OFPGC_DELETE, group_id=ofp.OFPG_ALL))
+        for group in rules.groups:
+            dp.send_msg(self._group_mod(dp, group))
+        for flow in rules.flows:
+            dp.send_msg(self._flow_mod(dp, flow))
+        dp.send_msg(parser.OFPBarrierRequest(dp))
+
+    @staticmethod
+    def _group_mod(dp: Any, group: GroupRule) -> Any:
+        parser, ofp = dp.ofproto_parser, dp.ofproto
+        buckets = [parser.OFPBucket(weight=1, watch_port=port, watch_group=ofp.OFPG_ANY,
+                                    actions=[parser.OFPActionOutput(port)]) for port in group.ports]
+        return parser.OFPGroupMod(dp, command=ofp.OFPGC_ADD, type_=ofp.OFPGT_SELECT,
+                                  group_id=group.group_id, buckets=buckets)
+
+    @staticmethod
+    def _flow_mod(dp: Any, flow: FlowRule) -> Any:
+        parser, ofp = dp.ofproto_parser, dp.ofproto
+        if flow.group is not None:
+            actions = [parser.OFPActionGroup(flow.group)]
+        else:
+            actions = [parser.OFPActionOutput(p) for p in flow.out_ports]
+        instructions = [parser.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS, actions)]
+        return parser.OFPFlowMod(datapath=dp, priority=flow.priority, match=parser.OFPMatch(**flow.match),
+                                 instructions=instructions)
+

@@ -1,0 +1,131 @@
+"""Starts and stops the controller as its own process, and reads its API.
+
+A separate process (not a thread of the runner) so that it can be killed and restarted during an
+experiment, and so that os-ken's eventlet monkey-patching stays out of the runner.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from controller.main import port_free
+
+
+class ControllerError(RuntimeError):
+    """The controller could not start or answer; the message is one line."""
+
+
+def api_get(base: str, path: str, timeout: float = 5.0) -> Any:
+    """GET a JSON document of the controller's API."""
+    with urllib.request.urlopen(base + path, timeout=timeout) as resp:  # noqa: S310 - loopback only
+        return json.loads(resp.read())
+
+
+class ControllerProcess:
+    """The controller process of one run: plan file in, API on api_host:api_port."""
+
+    def __init__(self, plan: dict[str, Any], workdir: Path, of_port: int = 6653, api_port: int = 8080,
+                 api_host: str = "127.0.0.1", interval: float = 1.0, record: Path | None = None) -> None:
+        self.plan = plan
+        self.workdir = workdir
+        self.of_port = of_port
+        self.api_port = api_port
+        self.api_host = api_host
+        self.interval = interval
+        self.record = record
+        self.plan_file = workdir / "plan.json"
+        self.phase_file = workdir / "phase.json"
+        self.log_file = workdir / "controller.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def base(self) -> str:
+        """Base URL of the API."""
+        host = "127.0.0.1" if self.api_host in ("0.0.0.0", "") else self.api_host
+        return f"http://{host}:{self.api_port}"
+
+    def check_ports(self) -> None:
+        """Refuse early when the OpenFlow or API port is taken."""
+        if not port_free("0.0.0.0", self.of_port):
+            raise ControllerError(f"OpenFlow port {self.of_port} is already in use (another controller? "
+                                  f"try `incastlab clean` or --of-port)")
+        if not port_free(self.api_host, self.api_port):
+            raise ControllerError(f"API port {self.api_host}:{self.api_port} is already in use "
+                                  f"(try --api-port)")
+
+    def start(self, timeout: float = 30.0) -> None:
+        """Start the process and wait until its API answers."""
+        self.check_ports()
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.plan_file.write_text(json.dumps(self.plan, indent=1))
+        argv = [sys.executable, "-m", "controller.main", "--plan", str(self.plan_file),
+                "--of-port", str(self.of_port), "--api-host", self.api_host, "--api-port", str(self.api_port),
+                "--interval", str(self.interval), "--phase-file", str(self.phase_file)]
+        if self.record is not None:
+            argv += ["--record", str(self.record)]
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        with open(self.log_file, "ab") as log:
+            self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                         cwd=str(Path(__file__).resolve().parent.parent))
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise ControllerError(f"controller exited ({self.proc.returncode}): {self.last_log_line()}")
+            try:
+                api_get(self.base, "/api/topology", timeout=1.0)
+                return
+            except (urllib.error.URLError, OSError, ValueError):
+                time.sleep(0.2)
+        self.stop()
+        raise ControllerError(f"controller API did not answer on {self.base} within {timeout:.0f} s")
+
+    def last_log_line(self) -> str:
+        """The controller log's last line (its error, when it dies)."""
+        try:
+            lines = self.log_file.read_text(errors="replace").strip().splitlines()
+        except OSError:
+            return ""
+        return lines[-1] if lines else ""
+
+    def alive(self) -> bool:
+        """True while the process runs."""
+        return self.proc is not None and self.proc.poll() is None
+
+    def get(self, path: str, timeout: float = 5.0) -> Any:
+        """GET an API document."""
+        return api_get(self.base, path, timeout)
+
+    def set_phase(self, **phase: Any) -> None:
+        """Tell the dashboard what the experiment is doing (the API itself stays read-only)."""
+        tmp = self.phase_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps(dict(phase, t=time.time())))
+        os.replace(tmp, self.phase_file)
+
+    def kill(self) -> None:
+        """SIGKILL, as a crash would (fault injection)."""
+        if self.alive():
+            assert self.proc is not None
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait()
+
+    def stop(self, grace: float = 5.0) -> None:
+        """SIGTERM, then SIGKILL after `grace` seconds; safe to call twice."""
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(grace)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc = None

@@ -1,0 +1,182 @@
+"""Host hygiene: find and remove what an incastlab run leaves on the machine.
+
+A run marks every process it starts with the environment variable INCASTLAB_RUN (Mininet's host
+shells inherit it, and so does everything started in them), names its bridges sp<N>/lf<N> and its
+veths <node>-eth<N>, and tags its OVS QoS rows with external-ids:incastlab=1. That is what the
+sweep looks for, so it never touches another program's bridges or processes.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+MARKER = "INCASTLAB_RUN"
+BRIDGE_RE = re.compile(r"^(sp|lf)\d+$")
+VETH_RE = re.compile(r"^(sp|lf|h)\d+-eth\d+$")
+NETNS_PREFIX = "incastlab-"
+
+
+@dataclass
+class Leftovers:
+    """What an earlier run left behind."""
+
+    bridges: list[str] = field(default_factory=list)
+    veths: list[str] = field(default_factory=list)
+    pids: list[int] = field(default_factory=list)
+    netns: list[str] = field(default_factory=list)
+    qos: list[str] = field(default_factory=list)
+
+    def empty(self) -> bool:
+        """True when nothing is left."""
+        return not (self.bridges or self.veths or self.pids or self.netns or self.qos)
+
+    def describe(self) -> str:
+        """One line naming what is left."""
+        parts = []
+        if self.bridges:
+            parts.append(f"bridges {' '.join(self.bridges)}")
+        if self.veths:
+            parts.append(f"{len(self.veths)} veths")
+        if self.pids:
+            parts.append(f"processes {' '.join(map(str, self.pids))}")
+        if self.netns:
+            parts.append(f"namespaces {' '.join(self.netns)}")
+        if self.qos:
+            parts.append(f"{len(self.qos)} OVS QoS rows")
+        return ", ".join(parts) or "nothing"
+
+
+def _out(argv: list[str]) -> str:
+    try:
+        return subprocess.run(argv, capture_output=True, text=True, timeout=20).stdout
+    except (FileNotFoundError, subprocess.TimeoutExpired):
+        return ""
+
+
+def _ancestors() -> set[int]:
+    """This process and its parents: never signalled by a sweep."""
+    pids, pid = set(), os.getpid()
+    while pid > 1:
+        pids.add(pid)
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+            pid = int(stat.rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            break
+    return pids
+
+
+def marked_pids() -> list[int]:
+    """Processes that carry the run marker in their environment (not this one or its parents)."""
+    mine = _ancestors()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) in mine:
+            continue
+        try:
+            env = (entry / "environ").read_bytes()
+        except OSError:
+            continue
+        if (MARKER + "=").encode() in env:
+            found.append(int(entry.name))
+    return sorted(found)
+
+
+def find_leftovers() -> Leftovers:
+    """Everything of incastlab's still on this host."""
+    left = Leftovers()
+    left.bridges = [b for b in _out(["ovs-vsctl", "--timeout=5", "list-br"]).split() if BRIDGE_RE.match(b)]
+    for line in _out(["ip", "-o", "link", "show"]).splitlines():
+        parts = line.split(":", 2)
+        if len(parts) > 2:
+            name = parts[1].strip().split("@")[0]
+            if VETH_RE.match(name):
+                left.veths.append(name)
+    left.pids = marked_pids()
+    left.netns = [n.split()[0] for n in _out(["ip", "netns", "list"]).splitlines()
+                  if n.startswith(NETNS_PREFIX)]
+    left.qos = _out(["ovs-vsctl", "--timeout=5", "--bare", "--columns=_uuid", "find", "qos",
+                     "external-ids:incastlab=1"]).split()
+    return left
+
+
+def kill_pids(pids: list[int], grace: float = 2.0) -> None:
+    """SIGTERM, then SIGKILL what is still alive after `grace` seconds."""
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    deadline = time.monotonic() + grace
+    alive = list(pids)
+    while alive and time.monotonic() < deadline:
+        alive = [p for p in alive if Path(f"/proc/{p}").exists() and not _zombie(p)]
+        time.sleep(0.05)
+    for pid in alive:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except (OSError, IndexError):
+        return True
+
+
+def remove(left: Leftovers) -> None:
+    """Remove what find_leftovers found: processes first, then bridges, QoS rows, veths."""
+    kill_pids(left.pids)
+    if left.bridges:
+        argv = ["ovs-vsctl", "--timeout=20"]
+        for b in left.bridges:
+            argv += ["--", "--if-exists", "del-br", b]
+        _out(argv)
+    _destroy_qos()
+    for name in left.veths:
+        _out(["ip", "link", "del", name])
+    for ns in left.netns:
+        _out(["ip", "netns", "del", ns])
+
+
+def _destroy_qos() -> None:
+    """Drop the QoS and queue rows incastlab created (OVS keeps them until destroyed)."""
+    qos = _out(["ovs-vsctl", "--timeout=5", "--bare", "--columns=_uuid", "find", "qos",
+                "external-ids:incastlab=1"]).split()
+    queues = _out(["ovs-vsctl", "--timeout=5", "--bare", "--columns=_uuid", "find", "queue",
+                   "external-ids:incastlab=1"]).split()
+    if not qos and not queues:
+        return
+    argv = ["ovs-vsctl", "--timeout=20"]
+    for uuid in qos:
+        argv += ["--", "--if-exists", "destroy", "qos", uuid]
+    for uuid in queues:
+        argv += ["--", "--if-exists", "destroy", "queue", uuid]
+    _out(argv)
+
+
+def sweep_fabric(plan: dict[str, Any] | None = None) -> None:
+    """After a fabric stops: remove its bridges, veths and QoS rows if Mininet missed any."""
+    left = find_leftovers()
+    left.pids = []  # processes are the run's business (see clean_all)
+    left.netns = []
+    if plan is not None:
+        names = {s["name"] for s in plan["switches"]}
+        left.bridges = [b for b in left.bridges if b in names]
+    remove(left)
+
+
+def clean_all() -> Leftovers:
+    """`incastlab clean`: remove every leftover of any incastlab run; returns what was found."""
+    left = find_leftovers()
+    remove(left)
+    return left

@@ -1,0 +1,92 @@
+"""The real fabric: Mininet + userspace/kernel OVS + the os-ken controller, as root."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import time
+
+import pytest
+
+from incastlab.cleanup import clean_all, find_leftovers
+from tests.conftest import have_network_tools
+from topologies.spec import FabricSpec
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def session(tmp_path_factory):
+    """One default fabric shared by the read-only checks of this module."""
+    reason = have_network_tools()
+    if reason:
+        pytest.skip(reason)
+    from incastlab.session import fabric_session
+
+    clean_all()
+    spec = FabricSpec(buffer_pkts=20)
+    with fabric_session(spec, tmp_path_factory.mktemp("fabric"), interval=0.5) as sess:
+        yield sess
+    left = find_leftovers()
+    clean_all()
+    assert left.empty(), f"the session left {left.describe()}"
+
+
+def port_tx(sess, name):
+    return next(p["tx_bytes"] for p in sess.controller.get("/api/ports")["ports"] if p["name"] == name)
+
+
+def test_all_pairs_ping_has_no_loss(session):
+    assert session.fabric.net.pingAll(timeout=1) == 0
+
+
+def test_ecmp_spreads_flows_between_two_leaves_over_both_spines(session):
+    fab = session.fabric
+    time.sleep(1.2)
+    before = {n: port_tx(session, n) for n in ("sp1-eth3", "sp2-eth3")}
+    srv = fab.host("h5").popen(["iperf3", "-s", "-1", "-p", "5999"])
+    time.sleep(0.5)
+    cli = fab.host("h3").popen(["iperf3", "-c", "10.0.0.5", "-p", "5999", "-P", "8", "-t", "2", "-J"])
+    cli.communicate(timeout=60)
+    srv.wait(timeout=10)
+    time.sleep(1.2)
+    moved = {n: port_tx(session, n) - before[n] for n in before}
+    # h3 sits on lf2, h5 on lf3: spine port 3 leads down to lf3 on both spines
+    assert all(v > 200_000 for v in moved.values()), moved
+
+
+def tc_class_drops(dev: str) -> int:
+    out = subprocess.run(["tc", "-s", "class", "show", "dev", dev], capture_output=True, text=True).stdout
+    m = re.search(r"class htb 1:1 .*?dropped (\d+)", out, re.S)
+    assert m, out
+    return int(m.group(1))
+
+
+def test_incast_drops_seen_by_the_api_equal_the_kernel_counters(session):
+    fab = session.fabric
+    ps_port = session.plan["ps_port"]["name"]
+    servers = [fab.host("h1").popen(["iperf3", "-s", "-1", "-p", str(5400 + k)]) for k in range(7)]
+    time.sleep(0.5)
+    clients = [fab.host(f"h{k + 2}").popen(["iperf3", "-c", "10.0.0.1", "-p", str(5400 + k), "-n", "1M"])
+               for k in range(7)]
+    answered = 0
+    while any(c.poll() is None for c in clients):
+        assert session.controller.get("/api/queues", timeout=5)["queues"]  # API answers under load
+        answered += 1
+        time.sleep(0.3)
+    for p in clients + servers:
+        p.wait(timeout=60)
+    time.sleep(1.5)  # > two poll intervals: the controller's view is up to date
+    api = next(q for q in session.controller.get("/api/queues")["queues"] if q["name"] == ps_port)
+    kernel = tc_class_drops(ps_port)
+    assert kernel > 0, "a 7-to-1 incast into a 20-packet buffer must drop"
+    assert api["drops"] == kernel
+    assert answered >= 1
+
+
+def test_topology_api_matches_the_fabric(session):
+    doc = session.controller.get("/api/topology")
+    assert len(doc["switches"]) == 6 and all(s["connected"] for s in doc["switches"])
+    assert len(doc["hosts"]) == 8 and len(doc["links"]) == 16
+    series = session.controller.get(f"/api/timeseries?since={time.time() - 5}")["samples"]
+    assert {s["kind"] for s in series} == {"port", "queue"}

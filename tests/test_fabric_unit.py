@@ -1,0 +1,106 @@
+"""Fabric parameters, the wiring plan and the forwarding rules, without a network."""
+
+from __future__ import annotations
+
+import pytest
+
+from controller.routing import ECMP_GROUP_ID, compute_rules
+from topologies.spec import FabricSpec, SpecError, build_plan
+
+
+@pytest.mark.parametrize("kwargs, field", [
+    ({"spines": 0}, "spines"),
+    ({"leaves": 0}, "leaves"),
+    ({"hosts_per_leaf": -1}, "hosts_per_leaf"),
+    ({"host_mbit": 0}, "host_mbit"),
+    ({"uplink_mbit": -5}, "uplink_mbit"),
+    ({"buffer_pkts": 0}, "buffer_pkts"),
+    ({"ps_host": "h9"}, "ps_host"),
+    ({"cpu": {"h42": 0.5}}, "cpu"),
+    ({"cpu": {"h2": 1.5}}, "cpu"),
+])
+def test_impossible_fabrics_are_refused_by_field(kwargs, field):
+    with pytest.raises(SpecError) as err:
+        FabricSpec(**kwargs)
+    assert field in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_unknown_field_is_named():
+    with pytest.raises(SpecError, match="bogus"):
+        FabricSpec.from_dict({"bogus": 1})
+
+
+def test_plan_numbers_ports_as_documented():
+    spec = FabricSpec(spines=2, leaves=3, hosts_per_leaf=2, ps_host="h4")
+    plan = build_plan(spec)
+    assert [s["name"] for s in plan["switches"]] == ["sp1", "sp2", "lf1", "lf2", "lf3"]
+    h4 = next(h for h in plan["hosts"] if h["name"] == "h4")
+    assert (h4["leaf"], h4["port"], h4["ip"], h4["mac"]) == ("lf2", 4, "10.0.0.4", "00:00:00:00:00:04")
+    assert plan["ps_port"] == {"switch": "lf2", "port": 4, "name": "lf2-eth4"}
+    uplinks = [ln for ln in plan["links"] if ln["kind"] == "uplink"]
+    assert len(uplinks) == 6
+    last = uplinks[-1]
+    assert (last["a"], last["a_port"], last["b"], last["b_port"]) == ("lf3", 2, "sp2", 3)
+    assert len({h["mac"] for h in plan["hosts"]}) == 6
+
+
+def test_oversubscription():
+    assert FabricSpec(hosts_per_leaf=4, spines=2, host_mbit=20, uplink_mbit=20).oversubscription == 2.0
+
+
+def _deliver(plan, rules, src_host, dst_mac, max_hops=10):
+    """Follow the rules from a host; returns the set of hosts reached and the number of copies."""
+    by_name = {r.name: r for r in rules.values()}
+    peers = {}
+    for ln in plan["links"]:
+        peers[(ln["a"], ln["a_port"])] = (ln["b"], ln["b_port"])
+        if ln["kind"] == "uplink":
+            peers[(ln["b"], ln["b_port"])] = (ln["a"], ln["a_port"])
+    host = next(h for h in plan["hosts"] if h["name"] == src_host)
+    frontier = [(host["leaf"], host["port"], 0)]
+    reached: list[str] = []
+    while frontier:
+        sw, in_port, hops = frontier.pop()
+        assert hops < max_hops, "forwarding loop"
+        sr = by_name[sw]
+        is_mc = int(dst_mac.split(":")[0], 16) & 1
+        cands = [f for f in sr.flows if ("in_port" not in f.match or f.match["in_port"] == in_port)
+                 and (f.match["eth_dst"] == dst_mac if isinstance(f.match["eth_dst"], str) else is_mc)]
+        flow = max(cands, key=lambda f: f.priority)
+        ports = flow.out_ports if flow.group is None else sr.groups[0].ports[:1]
+        for p in ports:
+            nxt = peers[(sw, p)]
+            if nxt[0].startswith("h"):
+                reached.append(nxt[0])
+            else:
+                frontier.append((nxt[0], nxt[1], hops + 1))
+    return reached
+
+
+def test_unicast_reaches_exactly_the_destination():
+    spec = FabricSpec(spines=2, leaves=4, hosts_per_leaf=2)
+    plan = build_plan(spec)
+    rules = compute_rules(plan)
+    for src in plan["hosts"]:
+        for dst in plan["hosts"]:
+            if src is not dst:
+                assert _deliver(plan, rules, src["name"], dst["mac"]) == [dst["name"]]
+
+
+def test_broadcast_reaches_every_other_host_once_without_loops():
+    spec = FabricSpec(spines=3, leaves=4, hosts_per_leaf=3)
+    plan = build_plan(spec)
+    rules = compute_rules(plan)
+    for src in plan["hosts"]:
+        reached = _deliver(plan, rules, src["name"], "ff:ff:ff:ff:ff:ff")
+        assert sorted(reached) == sorted(h["name"] for h in plan["hosts"] if h is not src)
+
+
+def test_leaves_spread_remote_traffic_over_every_spine():
+    plan = build_plan(FabricSpec(spines=3, leaves=2))
+    rules = compute_rules(plan)
+    lf1 = next(r for r in rules.values() if r.name == "lf1")
+    assert [g.ports for g in lf1.groups] == [(1, 2, 3)]
+    remote = [f for f in lf1.flows if f.group == ECMP_GROUP_ID]
+    assert len(remote) == 2  # h3, h4 on lf2

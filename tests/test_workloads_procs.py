@@ -1,0 +1,312 @@
+"""End-to-end tests of the workload processes on 127.0.0.1: real `python -m workloads.*` subprocesses."""
+
+from __future__ import annotations
+
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from workloads.jsonl import read_jsonl
+from workloads.model import ModelSpec, init_weights, loss_and_grad, make_batch
+from workloads.psproto import HEADER
+
+REPO = Path(__file__).resolve().parents[1]
+WORLD = 3
+GRAD_MB = 0.05
+SEED = 3
+LR = 2.0
+BATCH = 32
+STEP_KEYS = {"rank", "strategy", "step", "t_start", "t_end", "compute_s", "comm_s", "wait_s",
+             "bytes_sent", "bytes_recv", "loss", "samples"}
+PS_FAMILY = ("ps", "async", "ssp", "backup")
+GUARD_S = 180  # only a hang guard; nothing asserts on durations
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def spawn(args: list[str]) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-m", *args], cwd=REPO, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+@dataclass
+class Job:
+    """A PS (PS family only) plus WORLD workers, logging into one folder."""
+
+    strategy: str
+    folder: Path
+    steps: int
+    timeout: float = 30.0
+    ps_extra: list[str] = field(default_factory=list)
+    worker_extra: dict[int, list[str]] = field(default_factory=dict)
+    batch: int = BATCH
+    lr: float = LR
+    ps: subprocess.Popen[str] | None = None
+    workers: list[subprocess.Popen[str]] = field(default_factory=list)
+
+    def worker_log(self, rank: int) -> Path:
+        return self.folder / f"worker-{rank}.jsonl"
+
+    @property
+    def ps_log(self) -> Path:
+        return self.folder / "ps.jsonl"
+
+    def start(self) -> Job:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        port = free_port()
+        common = ["--strategy", self.strategy, "--world", str(WORLD), "--steps", str(self.steps),
+                  "--grad-mb", str(GRAD_MB), "--lr", str(self.lr), "--seed", str(SEED),
+                  "--timeout", str(self.timeout)]
+        if self.strategy in PS_FAMILY:
+            self.ps = spawn(["workloads.ps", *common, "--port", str(port), "--bind", "127.0.0.1",
+                             "--log", str(self.ps_log), *self.ps_extra])
+        for r in range(WORLD):
+            self.workers.append(spawn([
+                "workloads.worker", *common, "--rank", str(r), "--batch", str(self.batch),
+                "--master-addr", "127.0.0.1", "--master-port", str(port), "--ifname", "lo",
+                "--log", str(self.worker_log(r)), *self.worker_extra.get(r, []),
+            ]))
+        return self
+
+    def procs(self) -> list[subprocess.Popen[str]]:
+        return ([self.ps] if self.ps else []) + self.workers
+
+    def finish(self) -> list[tuple[int, str, str]]:
+        """(exit code, stdout, stderr) of every process, PS first."""
+        out = []
+        for p in self.procs():
+            try:
+                o, e = p.communicate(timeout=GUARD_S)
+            except subprocess.TimeoutExpired:
+                self.kill()
+                raise
+            out.append((p.returncode, o, e))
+        return out
+
+    def kill(self) -> None:
+        for p in self.procs():
+            if p.poll() is None:
+                p.kill()
+                p.communicate()
+
+    def losses(self) -> np.ndarray:
+        """[rank, step] training loss from the worker logs."""
+        logs = [read_jsonl(self.worker_log(k)) for k in range(WORLD)]
+        return np.array([[r["loss"] for r in log if "loss" in r] for log in logs])
+
+
+def run_ok(job: Job) -> Job:
+    results = job.start().finish()
+    for code, out, err in results:
+        assert (code, out, err) == (0, "", ""), f"{job.strategy}: exit {code}, stderr {err!r}"
+    return job
+
+
+def local_step0_average() -> torch.Tensor:
+    spec = ModelSpec.from_grad_mb(GRAD_MB)
+    w = init_weights(spec, SEED)
+    grads = [loss_and_grad(spec, w, *make_batch(spec, SEED, r, 0, BATCH))[1] for r in range(WORLD)]
+    return torch.stack(grads).mean(dim=0)
+
+
+@pytest.fixture(scope="module")
+def sync_jobs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Job]:
+    """One short run of each synchronous strategy, with step 0's averaged gradient dumped."""
+    base = tmp_path_factory.mktemp("sync")
+    jobs = {}
+    for strategy in ("ps", "ring", "allreduce"):
+        folder = base / strategy
+        job = Job(strategy, folder, steps=5)
+        if strategy == "ps":
+            job.ps_extra = ["--dump-grad", str(folder / "grad-ps.npy")]
+        else:
+            job.worker_extra = {r: ["--dump-grad", str(folder / f"grad-{r}.npy")] for r in range(WORLD)}
+        jobs[strategy] = run_ok(job)
+    return jobs
+
+
+@pytest.mark.parametrize("strategy", ["ps", "ring", "allreduce"])
+def test_exchange_produces_the_local_average_gradient(sync_jobs: dict[str, Job], strategy: str) -> None:
+    folder = sync_jobs[strategy].folder
+    dumps = [folder / "grad-ps.npy"] if strategy == "ps" else [folder / f"grad-{r}.npy" for r in range(WORLD)]
+    expected = local_step0_average()
+    assert expected.abs().max() > 0
+    for d in dumps:
+        got = torch.from_numpy(np.load(d))
+        assert got.shape == expected.shape
+        assert torch.allclose(got, expected, rtol=1e-5, atol=1e-7), f"{d.name} differs"
+
+
+def test_ps_ring_and_allreduce_reach_the_same_losses(sync_jobs: dict[str, Job]) -> None:
+    ps, ring, allreduce = (sync_jobs[s].losses() for s in ("ps", "ring", "allreduce"))
+    assert ps.shape == (WORLD, 5)
+    assert np.allclose(ps, ring, rtol=1e-4) and np.allclose(ps, allreduce, rtol=1e-4)
+    assert ps[:, -1].mean() < ps[:, 0].mean()  # and they actually trained
+
+
+@pytest.mark.parametrize("strategy", ["ps", "ring", "allreduce"])
+def test_worker_log_has_design_fields_and_ends_with_done(sync_jobs: dict[str, Job], strategy: str) -> None:
+    job = sync_jobs[strategy]
+    grad_bytes = ModelSpec.from_grad_mb(GRAD_MB).grad_bytes
+    for r in range(WORLD):
+        recs = read_jsonl(job.worker_log(r))
+        assert recs[-1] == {"event": "done", "rank": r, "steps": 5}
+        steps = recs[:-1]
+        assert [s["step"] for s in steps] == list(range(5))
+        for s in steps:
+            assert set(s) == STEP_KEYS
+            assert s["rank"] == r and s["strategy"] == strategy and s["samples"] == BATCH
+            assert s["t_start"] <= s["t_end"] and 0 <= s["wait_s"] <= s["comm_s"]
+            if strategy == "ps":
+                assert s["bytes_sent"] == s["bytes_recv"] == grad_bytes + HEADER.size
+            else:
+                assert s["bytes_sent"] > 0 and s["bytes_recv"] > 0
+
+
+def test_sync_ps_log_applies_every_worker_every_step(sync_jobs: dict[str, Job]) -> None:
+    recs = read_jsonl(sync_jobs["ps"].ps_log)
+    assert recs[-1]["event"] == "done"
+    steps = [r for r in recs if r["event"] == "step"]
+    assert [s["step"] for s in steps] == list(range(5))
+    assert all(sorted(s["applied"]) == list(range(WORLD)) and s["discarded"] == [] for s in steps)
+    updates = [r for r in recs if r["event"] == "update"]
+    assert len(updates) == 5 * WORLD and all(u["applied"] and u["staleness"] == 0 for u in updates)
+
+
+# --- asynchronous family ------------------------------------------------------------------------
+STRAGGLER = {2: ["--slow-every", "2", "--slow-factor", "20"]}
+
+
+def _loss_went_down(job: Job) -> None:
+    losses = job.losses()
+    assert losses.shape == (WORLD, job.steps)
+    assert losses[:, -2:].mean() < losses[:, :2].mean()
+
+
+def test_async_applies_every_gradient_and_loss_decreases(tmp_path: Path) -> None:
+    steps = 8
+    job = run_ok(Job("async", tmp_path, steps=steps, batch=64, worker_extra=STRAGGLER))
+    _loss_went_down(job)
+    updates = [r for r in read_jsonl(job.ps_log) if r["event"] == "update"]
+    assert len(updates) == WORLD * steps and all(u["applied"] for u in updates)
+    assert [u["version"] for u in updates] == list(range(WORLD * steps))  # one version per gradient
+    for r in range(WORLD):
+        mine = [u for u in updates if u["worker"] == r]
+        assert [u["worker_step"] for u in mine] == list(range(steps))
+        assert all(0 <= u["staleness"] <= u["version"] for u in mine)
+
+
+@pytest.mark.parametrize("bound", [0, 1])
+def test_ssp_gap_never_exceeds_bound_and_loss_decreases(tmp_path: Path, bound: int) -> None:
+    steps = 8
+    job = run_ok(Job("ssp", tmp_path, steps=steps, batch=64, ps_extra=["--staleness", str(bound)],
+                     worker_extra=STRAGGLER))
+    _loss_went_down(job)
+    recs = read_jsonl(job.ps_log)
+    releases = [r for r in recs if r["event"] == "release"]
+    assert len(releases) == WORLD * (steps - 1)  # every reply that starts a new step is accounted for
+    assert all(r["gap"] == r["next_step"] - r["slowest"] <= bound for r in releases)
+    # Cross-check from the workers' own clocks: before a worker starts step c, every other worker
+    # must have pushed step c-bound-1, so it started that step earlier.
+    starts = {r: [s["t_start"] for s in read_jsonl(job.worker_log(r)) if "step" in s] for r in range(WORLD)}
+    for r in range(WORLD):
+        for c in range(bound + 1, steps):
+            for other in range(WORLD):
+                assert starts[other][c - bound - 1] <= starts[r][c]
+
+
+def test_backup_drops_exactly_b_per_step_and_loss_decreases(tmp_path: Path) -> None:
+    steps, b = 8, 1
+    job = run_ok(Job("backup", tmp_path, steps=steps, batch=64, ps_extra=["--backup", str(b)],
+                     worker_extra=STRAGGLER))
+    _loss_went_down(job)
+    recs = read_jsonl(job.ps_log)
+    step_ev = [r for r in recs if r["event"] == "step"]
+    assert [s["step"] for s in step_ev] == list(range(steps))
+    for s in step_ev:
+        assert len(s["applied"]) == WORLD - b and len(s["discarded"]) == b
+        assert sorted(s["applied"] + s["discarded"]) == list(range(WORLD))
+    updates = [r for r in recs if r["event"] == "update"]
+    assert len(updates) == WORLD * steps  # every worker pushed every step, each one logged
+    applied = [u for u in updates if u["applied"]]
+    assert len(applied) == (WORLD - b) * steps
+    by_step = {s["step"]: s for s in step_ev}
+    for u in applied:  # applied gradients are exactly the ones the step names, in arrival order
+        assert u["worker"] in by_step[u["version"]]["applied"]
+    for s in step_ev:
+        order = [u["worker"] for u in applied if u["version"] == s["step"]]
+        assert order == s["applied"]
+
+
+# --- failures -----------------------------------------------------------------------------------
+def _wait_for_lines(path: Path, n: int, procs: list[subprocess.Popen[str]]) -> None:
+    deadline = time.monotonic() + GUARD_S
+    while time.monotonic() < deadline:
+        if path.exists() and len(read_jsonl(path)) >= n:
+            return
+        assert all(p.poll() is None for p in procs), "a process exited before the failure was injected"
+        time.sleep(0.1)
+    raise AssertionError(f"{path} never reached {n} lines")
+
+
+def _one_line(err: str) -> str:
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert len(lines) == 1, f"expected one stderr line, got {err!r}"
+    assert "Traceback" not in err
+    return lines[0]
+
+
+@pytest.mark.parametrize("strategy", ["ps", "ring"])
+def test_killed_worker_makes_the_others_fail_with_one_line(tmp_path: Path, strategy: str) -> None:
+    job = Job(strategy, tmp_path, steps=10**6, timeout=10).start()
+    try:
+        _wait_for_lines(job.worker_log(1), 3, job.procs())
+        job.workers[1].send_signal(signal.SIGKILL)
+        results = job.finish()
+    finally:
+        job.kill()
+    offset = 1 if job.ps else 0
+    if job.ps:
+        code, out, err = results[0]
+        assert code != 0 and out == ""
+        line = _one_line(err)
+        assert line.startswith("parameter server") and "worker 1" in line
+    for r in (0, 2):
+        code, out, err = results[offset + r]
+        assert code != 0 and out == ""
+        line = _one_line(err)
+        assert line.startswith(f"worker {r}: ")
+        assert ("parameter server" in line) if job.ps else ("ring all-reduce" in line)
+    # what was logged before the failure is intact
+    assert len(read_jsonl(job.worker_log(0))) >= 3
+
+
+def test_hung_worker_is_named_by_the_ps_after_timeout(tmp_path: Path) -> None:
+    job = Job("async", tmp_path, steps=10**6, timeout=4).start()
+    try:
+        _wait_for_lines(job.worker_log(1), 3, job.procs())
+        job.workers[1].send_signal(signal.SIGSTOP)
+        assert job.ps is not None
+        job.ps.wait(timeout=GUARD_S)
+        _, err = job.ps.communicate()
+        assert job.ps.returncode != 0
+        line = _one_line(err)
+        assert "worker 1" in line and "sent nothing" in line
+        for r in (0, 2):
+            job.workers[r].wait(timeout=GUARD_S)
+            assert job.workers[r].returncode != 0
+    finally:
+        job.workers[1].send_signal(signal.SIGKILL)
+        job.kill()

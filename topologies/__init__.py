@@ -1,0 +1,1 @@
+"""incastlab: topologies stage."""

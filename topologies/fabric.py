@@ -1,0 +1,248 @@
+"""Brings a FabricSpec to life in Mininet + Open vSwitch, and takes it down again.
+
+Rates and buffers are set where the controller can read them: every switch port gets
+`txqueuelen = buffer` and an OVS `linux-htb` QoS with one queue at the link rate, so OpenFlow
+queue statistics report the queue's drops (`tx_errors`). Host egress is shaped with tc HTB.
+The datapath is detected: kernel OVS where the module is there, userspace (netdev) otherwise,
+and then TX checksum/TSO/GSO are switched off on every veth, or TCP stalls through it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from topologies.spec import FabricSpec, SpecError, build_plan
+
+OVS_CTL = "/usr/share/openvswitch/scripts/ovs-ctl"
+
+
+class FabricError(RuntimeError):
+    """The fabric cannot be built or reached here; the message is one line."""
+
+
+def _run(argv: list[str], check: bool = True, timeout: float = 30,
+         env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """Run a command without a shell; raise FabricError with its stderr on failure."""
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env)
+    except FileNotFoundError as exc:
+        raise FabricError(f"{argv[0]} is not installed: run `make deps`") from exc
+    if check and proc.returncode != 0:
+        msg = (proc.stderr or proc.stdout).strip().splitlines()
+        raise FabricError(f"{' '.join(argv[:3])} failed: {msg[-1] if msg else proc.returncode}")
+    return proc
+
+
+def ensure_ovs() -> None:
+    """Check Open vSwitch is installed and its daemons answer; start them if they do not."""
+    if shutil.which("ovs-vsctl") is None or not Path(OVS_CTL).exists():
+        raise FabricError("Open vSwitch is not installed (ovs-vsctl not found): run `make deps`")
+    if _run(["ovs-vsctl", "--timeout=3", "show"], check=False).returncode == 0:
+        return
+    # the OVS daemons outlive the run: they must not carry the run marker that `clean` looks for
+    env = {k: v for k, v in os.environ.items() if k != "INCASTLAB_RUN"}
+    _run([OVS_CTL, "start", "--system-id=random"], check=False, timeout=60, env=env)
+    if _run(["ovs-vsctl", "--timeout=5", "show"], check=False).returncode != 0:
+        raise FabricError(f"Open vSwitch does not answer and `{OVS_CTL} start` did not help")
+
+
+def detect_datapath() -> str:
+    """'kernel' where the openvswitch kernel module is (or can be) loaded, else 'user'."""
+    if Path("/sys/module/openvswitch").exists():
+        return "kernel"
+    if shutil.which("modprobe"):
+        if subprocess.run(["modprobe", "-q", "openvswitch"], capture_output=True).returncode == 0:
+            return "kernel"
+    return "user"
+
+
+def netem_available() -> bool:
+    """True where the kernel has the sch_netem qdisc (delay and loss emulation)."""
+    if Path("/sys/module/sch_netem").exists():
+        return True
+    release = os.uname().release
+    return any(Path(f"/lib/modules/{release}/kernel/net/sched").glob("sch_netem.ko*"))
+
+
+def make_topo(spec: FabricSpec) -> Any:
+    """A Mininet Topo of the spec: names, dpids and port numbers exactly as the plan says."""
+    from mininet.node import CPULimitedHost
+    from mininet.topo import Topo
+
+    plan = build_plan(spec)
+
+    class LeafSpineTopo(Topo):
+        """Leaf-spine: every leaf wired to every spine, hosts under the leaves."""
+
+        def build(self) -> None:
+            for sw in plan["switches"]:
+                self.addSwitch(sw["name"], dpid=f"{sw['dpid']:016x}", protocols="OpenFlow13")
+            for host in plan["hosts"]:
+                opts: dict[str, Any] = {"ip": f"{host['ip']}/8", "mac": host["mac"]}
+                if host["name"] in spec.cpu:
+                    opts.update(cls=CPULimitedHost, cpu=spec.cpu[host["name"]])
+                self.addHost(host["name"], **opts)
+            # links in port order so Mininet numbers the ports as the plan does
+            for link in sorted(plan["links"], key=lambda ln: (ln["a"], ln["a_port"])):
+                if link["kind"] == "uplink":
+                    self.addLink(link["a"], link["b"], port1=link["a_port"], port2=link["b_port"])
+                else:
+                    self.addLink(link["a"], link["b"], port1=link["a_port"], port2=0)
+
+    return LeafSpineTopo()
+
+
+STOP_TIMEOUT = 60.0
+
+
+def _quiet_stop(net: Any) -> None:
+    try:
+        net.stop()
+    except Exception:  # noqa: BLE001 - teardown must go on; leftovers are swept after it
+        pass
+
+
+class Fabric:
+    """A running leaf-spine network: Mininet hosts, OVS switches, shaped ports.
+
+    Use as a context manager, or call start() and stop(); stop() is safe to call twice and after
+    a failed start, and removes every bridge and veth of the fabric.
+    """
+
+    def __init__(self, spec: FabricSpec, controller_port: int = 6653, datapath: str = "auto") -> None:
+        if datapath not in ("auto", "user", "kernel"):
+            raise SpecError(f"datapath must be auto, user or kernel, got {datapath!r}")
+        if (spec.delay_ms or spec.loss_pct) and not netem_available():
+            raise SpecError("delay_ms/loss_pct need the sch_netem qdisc, which this kernel does not have")
+        self.spec = spec
+        self.plan = build_plan(spec)
+        self.controller_port = controller_port
+        self.datapath = datapath
+        self.net: Any = None
+
+    # -- life cycle -------------------------------------------------------------------------
+    def start(self) -> None:
+        """Build the network, shape every port, wait for the switches to reach the controller."""
+        from mininet.log import setLogLevel
+        from mininet.net import Mininet
+        from mininet.node import OVSSwitch, RemoteController
+
+        ensure_ovs()
+        if self.datapath == "auto":
+            self.datapath = detect_datapath()
+        setLogLevel("error")
+        switch = partial(OVSSwitch, datapath=self.datapath, protocols="OpenFlow13", failMode="secure")
+        controller = partial(RemoteController, ip="127.0.0.1", port=self.controller_port)
+        self.net = Mininet(topo=make_topo(self.spec), switch=switch, controller=controller,
+                           autoSetMacs=False, autoStaticArp=False, build=False, waitConnected=False)
+        try:
+            self.net.build()
+            self.net.start()
+            if self.datapath == "user":
+                self._offloads_off()
+            self._shape_switch_ports()
+            self._shape_hosts()
+            self.net.staticArp()
+        except BaseException:
+            self.stop()
+            raise
+
+    def wait_connected(self, timeout: float = 30.0) -> None:
+        """Wait until every switch reports a connection to the controller."""
+        deadline = time.monotonic() + timeout
+        names = [s["name"] for s in self.plan["switches"]]
+        while time.monotonic() < deadline:
+            out = _run(["ovs-vsctl", "--timeout=5", "--bare", "--columns=is_connected", "list", "controller"],
+                       check=False).stdout
+            if out.split().count("true") >= len(names):
+                return
+            time.sleep(0.3)
+        raise FabricError(f"switches did not connect to the controller on port {self.controller_port} "
+                          f"within {timeout:.0f} s")
+
+    def stop(self) -> None:
+        """Tear the network down; leaves no bridge, veth or host shell behind."""
+        net, self.net = self.net, None
+        if net is not None:
+            # Mininet's stop talks to each host shell; if one is wedged it would block forever
+            stopper = threading.Thread(target=_quiet_stop, args=(net,), daemon=True)
+            stopper.start()
+            stopper.join(STOP_TIMEOUT)
+            if stopper.is_alive():
+                for node in net.hosts + net.switches:
+                    if getattr(node, "shell", None) is not None and node.shell.poll() is None:
+                        node.shell.kill()
+        from incastlab.cleanup import sweep_fabric
+
+        sweep_fabric(self.plan)
+
+    def __enter__(self) -> Fabric:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # -- access -----------------------------------------------------------------------------
+    def host(self, name: str) -> Any:
+        """The Mininet host object called `name`."""
+        return self.net[name]
+
+    @property
+    def hosts(self) -> list[Any]:
+        """Mininet host objects in plan order."""
+        return [self.net[h["name"]] for h in self.plan["hosts"]]
+
+    def switch_ports(self) -> Iterator[tuple[str, int, str, float]]:
+        """(switch, port, interface name, rate Mbit/s) of every switch port."""
+        for link in self.plan["links"]:
+            yield link["a"], link["a_port"], f"{link['a']}-eth{link['a_port']}", link["rate_mbit"]
+            if link["kind"] == "uplink":
+                yield link["b"], link["b_port"], f"{link['b']}-eth{link['b_port']}", link["rate_mbit"]
+
+    # -- configuration ----------------------------------------------------------------------
+    def _offloads_off(self) -> None:
+        """Userspace OVS drops TSO/GSO super-frames and bad checksums: switch them off everywhere."""
+        for node in self.net.hosts + self.net.switches:
+            for intf in node.intfList():
+                if intf.name != "lo":
+                    node.cmd(f"ethtool -K {intf.name} tx off tso off gso off >/dev/null 2>&1")
+
+    def _shape_switch_ports(self) -> None:
+        """txqueuelen = buffer, then one linux-htb QoS queue per port at the link rate."""
+        args = ["ovs-vsctl", "--timeout=20"]
+        for k, (_sw, _port, ifname, rate) in enumerate(self.switch_ports()):
+            _run(["ip", "link", "set", "dev", ifname, "txqueuelen", str(self.spec.buffer_pkts)])
+            bps = int(rate * 1e6)
+            args += ["--", "set", "port", ifname, f"qos=@qos{k}",
+                     "--", f"--id=@qos{k}", "create", "qos", "type=linux-htb",
+                     f"other-config:max-rate={bps}", "external-ids:incastlab=1", f"queues:0=@q{k}",
+                     "--", f"--id=@q{k}", "create", "queue", f"other-config:max-rate={bps}",
+                     f"other-config:min-rate={bps}", "external-ids:incastlab=1"]
+        _run(args, timeout=60)
+
+    def _shape_hosts(self) -> None:
+        """Host NIC egress: HTB at the host's link rate, a deep host-side queue, netem if asked."""
+        for host in self.plan["hosts"]:
+            node = self.net[host["name"]]
+            intf = f"{host['name']}-eth0"
+            rate = self.spec.host_rate(host["name"])
+            cmds = [f"ip link set dev {intf} txqueuelen {self.spec.host_buffer_pkts}",
+                    f"tc qdisc replace dev {intf} root handle 1: htb default 1",
+                    f"tc class add dev {intf} parent 1: classid 1:1 htb rate {rate}mbit ceil {rate}mbit"]
+            if self.spec.delay_ms or self.spec.loss_pct:
+                cmds.append(f"tc qdisc add dev {intf} parent 1:1 handle 10: netem "
+                            f"delay {self.spec.delay_ms}ms loss {self.spec.loss_pct}% "
+                            f"limit {self.spec.host_buffer_pkts}")
+            for cmd in cmds:
+                out = node.cmd(cmd + " 2>&1; echo rc=$?")
+                if not out.strip().endswith("rc=0"):
+                    raise FabricError(f"{host['name']}: `{cmd}` failed: {out.strip().splitlines()[0]}")

@@ -1,0 +1,1 @@
+"""incastlab: workloads stage."""

@@ -1,0 +1,290 @@
+"""The parameter-server process: sockets and threads around PSCore's decisions.
+
+One reader and one sender thread per worker, one main thread that owns the weights and PSCore.
+Readers receive whole gradients concurrently (the incast the testbed exists to create) and queue
+them; the main thread decides, applies SGD and queues replies; senders write them, so a worker
+that stops reading cannot block the others. Liveness is judged by the main thread alone: a worker
+the PS does not owe a reply to must send something within --timeout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import queue
+import socket
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from workloads.errors import STARTUP_GRACE_S, WorkloadError
+from workloads.jsonl import JsonlLog
+from workloads.model import ModelSpec, init_weights, sgd_
+from workloads.pscore import STRATEGIES, PSCore
+from workloads.psproto import (
+    Header,
+    Kind,
+    PeerClosed,
+    ProtocolError,
+    as_bytes,
+    recv_f32,
+    recv_header,
+    send_msg,
+)
+
+POLL_S = 0.2
+
+
+@dataclass
+class _Conn:
+    rank: int
+    sock: socket.socket
+    peer: str
+    outbox: queue.Queue[tuple[Header, bytes | memoryview] | None] = field(default_factory=queue.Queue)
+    last_heard: float = field(default_factory=time.monotonic)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m workloads.ps", description=__doc__)
+    p.add_argument("--strategy", required=True, choices=STRATEGIES)
+    p.add_argument("--world", type=int, required=True, help="number of workers")
+    p.add_argument("--port", type=int, required=True)
+    p.add_argument("--steps", type=int, required=True)
+    p.add_argument("--grad-mb", type=float, required=True)
+    p.add_argument("--lr", type=float, required=True)
+    p.add_argument("--seed", type=int, required=True)
+    p.add_argument("--log", required=True)
+    p.add_argument("--staleness", type=int, default=2, help="ssp bound s (default 2)")
+    p.add_argument("--backup", type=int, default=None, help="backup workers b (backup strategy, default 1)")
+    p.add_argument("--timeout", type=float, default=60.0)
+    p.add_argument("--bind", default="0.0.0.0")
+    p.add_argument("--dump-grad", default=None, help="debug: save the first applied averaged gradient (.npy)")
+    return p.parse_args(argv)
+
+
+class ParameterServer:
+    """Runs one training job to completion or raises WorkloadError naming what failed."""
+
+    def __init__(self, args: argparse.Namespace, log: JsonlLog) -> None:
+        self.args = args
+        self.log = log
+        backup = args.backup if args.backup is not None else (1 if args.strategy == "backup" else 0)
+        try:
+            self.core = PSCore(args.strategy, args.world, args.steps, args.staleness, backup)
+        except ValueError as exc:
+            raise WorkloadError(str(exc)) from None
+        self.spec = ModelSpec.from_grad_mb(args.grad_mb)
+        self.weights = init_weights(self.spec, args.seed)
+        self.events: queue.Queue[tuple[str, int, object]] = queue.Queue()
+        self.conns: dict[int, _Conn] = {}
+        self.pending: dict[int, np.ndarray] = {}
+        self._snapshot: tuple[int, bytes] | None = None
+        self._dumped = False
+        self._closing = threading.Event()
+        self.listener = socket.create_server((args.bind, args.port), backlog=max(16, args.world * 2))
+
+    # --- threads -------------------------------------------------------------------------------
+    def _accept_loop(self) -> None:
+        while not self._closing.is_set():
+            try:
+                sock, addr = self.listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._handshake, args=(sock, f"{addr[0]}:{addr[1]}"), daemon=True).start()
+
+    def _handshake(self, sock: socket.socket, peer: str) -> None:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        try:
+            sock.settimeout(self.args.timeout)
+            h = recv_header(sock)
+            sock.settimeout(None)
+        except (OSError, ProtocolError):
+            sock.close()
+            return
+        if h.kind != Kind.HELLO:
+            self.events.put(("fatal", -1, f"{peer} opened with {h.kind.name} instead of HELLO"))
+        elif h.arg != self.spec.nparams:
+            msg = f"worker {h.rank} has {h.arg} parameters, PS has {self.spec.nparams} (different --grad-mb?)"
+            send_msg(sock, Header(Kind.ERROR), msg.encode())
+            self.events.put(("fatal", h.rank, msg))
+        else:
+            self.events.put(("hello", h.rank, _Conn(h.rank, sock, peer)))
+            return
+        sock.close()
+
+    def _reader(self, c: _Conn) -> None:
+        try:
+            while True:
+                h = recv_header(c.sock)
+                if h.kind == Kind.PUSH:
+                    grad = recv_f32(c.sock, h)
+                    self.events.put(("push", c.rank, (h, grad)))
+                elif h.kind == Kind.BYE:
+                    self.events.put(("bye", c.rank, None))
+                    return
+                else:
+                    raise ProtocolError(f"unexpected {h.kind.name}")
+        except (OSError, ProtocolError) as exc:
+            self.events.put(("lost", c.rank, exc))
+
+    def _sender(self, c: _Conn) -> None:
+        while (item := c.outbox.get()) is not None:
+            try:
+                send_msg(c.sock, *item)
+            except OSError as exc:
+                self.events.put(("lost", c.rank, exc))
+                return
+
+    # --- main thread ---------------------------------------------------------------------------
+    def _weights_bytes(self) -> bytes:
+        """One immutable copy per version, shared by every reply of that version."""
+        if self._snapshot is None or self._snapshot[0] != self.core.version:
+            self._snapshot = (self.core.version, bytes(as_bytes(self.weights.numpy())))
+        return self._snapshot[1]
+
+    def _reply(self, rank: int) -> None:
+        c = self.conns[rank]
+        h = Header(Kind.WEIGHTS, rank=rank, step=self.core.clocks[rank], version=self.core.version)
+        c.outbox.put((h, self._weights_bytes()))
+        c.last_heard = time.monotonic()  # its silence counts from now on
+
+    def _apply(self, ranks: list[int]) -> None:
+        acc = torch.zeros(self.spec.nparams)
+        for r in sorted(ranks):  # fixed order: the result does not depend on arrival order
+            acc += torch.from_numpy(self.pending.pop(r))
+        acc /= len(ranks)
+        if self.args.dump_grad and not self._dumped:
+            np.save(self.args.dump_grad, acc.numpy())
+            self._dumped = True
+        sgd_(self.weights, acc, self.args.lr)
+
+    def _step_of(self, rank: int) -> int:
+        return self.core.clocks[rank]
+
+    def _wait_for_workers(self) -> None:
+        limit = max(self.args.timeout, STARTUP_GRACE_S)
+        deadline = time.monotonic() + limit
+        while len(self.conns) < self.args.world:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                missing = sorted(set(range(self.args.world)) - set(self.conns))
+                raise WorkloadError(f"workers {missing} did not connect within {limit:g} s")
+            try:
+                kind, rank, obj = self.events.get(timeout=min(left, POLL_S))
+            except queue.Empty:
+                continue
+            if kind == "fatal":
+                raise WorkloadError(str(obj))
+            if kind != "hello" or not isinstance(obj, _Conn):
+                continue
+            if not 0 <= rank < self.args.world:
+                raise WorkloadError(f"{obj.peer} claims rank {rank} in a world of {self.args.world}")
+            if rank in self.conns:
+                raise WorkloadError(f"two workers claim rank {rank} ({self.conns[rank].peer}, {obj.peer})")
+            self.conns[rank] = obj
+        for c in self.conns.values():
+            threading.Thread(target=self._reader, args=(c,), daemon=True).start()
+            threading.Thread(target=self._sender, args=(c,), daemon=True).start()
+            c.outbox.put((Header(Kind.WELCOME, rank=c.rank, version=self.core.version), b""))
+            c.last_heard = time.monotonic()
+
+    def _check_liveness(self) -> None:
+        now = time.monotonic()
+        for r, c in self.conns.items():
+            if r in self.core.done or self.core.waiting_for_reply(r):
+                continue
+            if now - c.last_heard > self.args.timeout:
+                raise WorkloadError(
+                    f"worker {r} ({c.peer}) sent nothing for {self.args.timeout:g} s"
+                    f" at step {self._step_of(r)}"
+                )
+
+    def run(self) -> None:
+        threading.Thread(target=self._accept_loop, daemon=True).start()
+        self._wait_for_workers()
+        while not self.core.all_done:
+            try:
+                kind, rank, obj = self.events.get(timeout=POLL_S)
+            except queue.Empty:
+                self._check_liveness()
+                continue
+            if kind == "fatal":
+                raise WorkloadError(str(obj))
+            if kind == "hello":
+                raise WorkloadError(f"late second connection for rank {rank}")
+            c = self.conns[rank]
+            c.last_heard = time.monotonic()
+            if kind == "lost":
+                if rank in self.core.done:
+                    continue
+                why = "closed" if isinstance(obj, PeerClosed) else str(obj)
+                raise WorkloadError(
+                    f"lost connection to worker {rank} ({c.peer}) at step {self._step_of(rank)}: {why}"
+                )
+            try:
+                if kind == "bye":
+                    self.core.bye(rank)
+                    continue
+                assert isinstance(obj, tuple)
+                h, grad = obj
+                d = self.core.push(rank, h.step, h.version)
+            except ValueError as exc:
+                raise WorkloadError(f"protocol error from worker {rank} ({c.peer}): {exc}") from None
+            if grad.size != self.spec.nparams:
+                raise WorkloadError(f"worker {rank} pushed {grad.size} values, expected {self.spec.nparams}")
+            if d.keep:
+                self.pending[rank] = grad
+            if d.apply:
+                self._apply(d.apply)
+            for r in d.release:
+                self._reply(r)
+            for e in d.events:
+                self.log.write(e)
+            self._check_liveness()
+
+    def close(self) -> None:
+        self._closing.set()
+        with contextlib.suppress(OSError):
+            self.listener.close()
+        for c in self.conns.values():
+            c.outbox.put(None)
+            with contextlib.suppress(OSError):
+                c.sock.shutdown(socket.SHUT_RDWR)
+            c.sock.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        log = JsonlLog(Path(args.log))
+    except OSError as exc:
+        print(f"parameter server: cannot open log {args.log}: {exc.strerror}", file=sys.stderr)
+        return 2
+    server: ParameterServer | None = None
+    try:
+        try:
+            server = ParameterServer(args, log)
+        except OSError as exc:
+            raise WorkloadError(f"cannot listen on {args.bind}:{args.port}: {exc.strerror}") from None
+        server.run()
+        log.write({"event": "done", "t": time.time(), "version": server.core.version, "workers": args.world})
+        return 0
+    except WorkloadError as exc:
+        print(f"parameter server {args.bind}:{args.port}: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(f"parameter server {args.bind}:{args.port}: interrupted", file=sys.stderr)
+        return 130
+    finally:
+        if server is not None:
+            server.close()
+        log.close()
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
