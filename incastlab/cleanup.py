@@ -84,7 +84,7 @@ def marked_pids() -> list[int]:
             env = (entry / "environ").read_bytes()
         except OSError:
             continue
-        if (MARKER + "=").encode() in env:
+        if (MARKER + "=").encode() in env and not _zombie(int(entry.name)):
             found.append(int(entry.name))
     return sorted(found)
 

@@ -176,10 +176,19 @@ class Fabric:
             stopper = threading.Thread(target=_quiet_stop, args=(net,), daemon=True)
             stopper.start()
             stopper.join(STOP_TIMEOUT)
+            nodes = net.hosts + net.switches + net.controllers
+            shells = [node.shell for node in nodes if getattr(node, "shell", None)]
             if stopper.is_alive():
-                for node in net.hosts + net.switches:
-                    if getattr(node, "shell", None) is not None and node.shell.poll() is None:
-                        node.shell.kill()
+                for shell in shells:
+                    if shell.poll() is None:
+                        shell.kill()
+            for shell in shells:  # Mininet signals its shells but does not wait for them
+                if shell.poll() is None:
+                    shell.terminate()
+                try:
+                    shell.wait(timeout=5)
+                except subprocess.TimeoutExpired:
+                    shell.kill()
         from incastlab.cleanup import sweep_fabric
 
         sweep_fabric(self.plan)
