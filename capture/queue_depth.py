@@ -219,6 +219,7 @@ class TcBatchBackend:
         except OSError as exc:
             raise BackendError(f"tc batch: {exc}") from exc
         block: list[str] = []
+        inside = False  # skips the tail of the previous answer and any other class
         deadline = time.monotonic() + self.timeout
         while True:
             try:
@@ -227,8 +228,9 @@ class TcBatchBackend:
                 return None  # tc printed nothing: no such class
             if line is None:
                 raise BackendError("tc batch exited")
-            if line.startswith("class ") and self.header not in line + " ":
-                block = []
+            if line.startswith("class "):
+                inside, block = self.header in line + " ", []
+            if not inside:
                 continue
             block.append(line)
             if line.split()[:1] == ["backlog"]:

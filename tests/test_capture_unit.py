@@ -1,0 +1,211 @@
+"""capture/ without a network: parsers, and PcapCapture's life cycle against a fake tcpdump."""
+
+from __future__ import annotations
+
+import json
+import struct
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from capture.pcap import CaptureError, CapturePoint, PcapCapture, parse_tcpdump_stats
+from capture.queue_depth import (
+    TCA_STATS2,
+    TCA_STATS_BASIC,
+    TCA_STATS_PKT64,
+    TCA_STATS_QUEUE,
+    ClassStats,
+    QueueSampler,
+    QueueSamplerError,
+    _tc_size,
+    parse_classid,
+    parse_tc_class_block,
+    parse_tclass_stats,
+)
+
+# A stand-in for tcpdump: behaves as its first argument says, then ignores the tcpdump argv.
+FAKE_TCPDUMP = r"""
+import signal, sys, time
+mode = sys.argv[1]
+iface = sys.argv[sys.argv.index("-i") + 1]
+def counters(captured, received, dropped):
+    sys.stderr.write(f"{captured} packets captured\n{received} packets received by filter\n"
+                     f"{dropped} packets dropped by kernel\n")
+    sys.stderr.flush()
+if mode == "nodev":
+    sys.stderr.write(f"tcpdump: {iface}: No such device exists\n(No such device exists)\n")
+    sys.exit(1)
+if mode == "silent":
+    time.sleep(60)
+    sys.exit(0)
+stop = []
+signal.signal(signal.SIGINT, lambda *a: stop.append(1))
+sys.stderr.write(f"tcpdump: listening on {iface}, link-type EN10MB (Ethernet), snapshot length 128 bytes\n")
+sys.stderr.flush()
+if mode == "dies":
+    sys.stderr.write("tcpdump: pcap_loop: The interface disappeared\n")
+    counters(3, 3, 0)
+    sys.exit(1)
+while not stop:
+    time.sleep(0.01)
+if mode == "ok":
+    counters(42, 42, 0)
+elif mode == "drops":
+    counters(40, 45, 5)
+elif mode == "one":
+    sys.stderr.write("1 packet captured\n1 packet received by filter\n0 packets dropped by kernel\n")
+sys.exit(0)
+"""
+
+
+def fake(mode: str, launched: list[subprocess.Popen[Any]]):
+    """A popen for CapturePoint that runs the fake tcpdump in `mode` and remembers the process."""
+    def popen(argv: list[str], **kw: Any) -> subprocess.Popen[Any]:
+        assert argv[0] == "tcpdump"
+        proc = subprocess.Popen([sys.executable, "-c", FAKE_TCPDUMP, mode, *argv[1:]], **kw)
+        launched.append(proc)
+        return proc
+    return popen
+
+
+def point(tmp_path: Path, name: str, mode: str, launched: list[subprocess.Popen[Any]]) -> CapturePoint:
+    return CapturePoint(name, f"if-{name}", tmp_path / "pcap" / f"{name}.pcap", fake(mode, launched))
+
+
+def all_ended(launched: list[subprocess.Popen[Any]]) -> bool:
+    return all(p.poll() is not None for p in launched)
+
+
+def test_parse_tcpdump_stats() -> None:
+    lines = ["tcpdump: listening on lf1-eth3, link-type EN10MB (Ethernet), snapshot length 128 bytes",
+             "1 packet captured", "12 packets received by filter", "3 packets dropped by kernel",
+             "7 packets dropped by interface"]
+    assert parse_tcpdump_stats(lines) == {"packets_captured": 1, "packets_received": 12,
+                                          "packets_dropped_kernel": 3, "packets_dropped_interface": 7}
+    assert parse_tcpdump_stats(["tcpdump: x: No such device exists"]) == {}
+
+
+def test_argv_is_the_documented_command(tmp_path: Path) -> None:
+    cap = PcapCapture([CapturePoint("ps-port", "lf1-eth3", tmp_path / "p.pcap")], bpf="tcp port 5000")
+    assert cap.argv(cap.points[0]) == [
+        "tcpdump", "-i", "lf1-eth3", "-s", "128", "-B", "8192", "-w", str(tmp_path / "p.pcap"),
+        "--immediate-mode", "-n", "-U", "tcp", "port", "5000"]
+
+
+def test_clean_run_writes_complete_capture_json(tmp_path: Path) -> None:
+    launched: list[subprocess.Popen[Any]] = []
+    cap = PcapCapture([point(tmp_path, "ps-port", "ok", launched), point(tmp_path, "h2", "one", launched)],
+                      base_dir=tmp_path, drain_s=0)
+    with cap:
+        assert len(launched) == 2 and not any(p.poll() is not None for p in launched)
+    doc = json.loads((tmp_path / "capture.json").read_text())
+    assert doc["complete"] is True
+    assert [(p["name"], p["file"], p["packets_captured"], p["complete"]) for p in doc["points"]] == [
+        ("ps-port", "pcap/ps-port.pcap", 42, True), ("h2", "pcap/h2.pcap", 1, True)]
+    assert all_ended(launched)
+    assert cap.stop() == doc  # idempotent, same document
+
+
+def test_kernel_drops_make_point_incomplete(tmp_path: Path) -> None:
+    launched: list[subprocess.Popen[Any]] = []
+    cap = PcapCapture([point(tmp_path, "a", "ok", launched), point(tmp_path, "b", "drops", launched)],
+                      drain_s=0)
+    cap.start()
+    doc = cap.stop()
+    assert doc["complete"] is False
+    b = doc["points"][1]
+    assert (b["complete"], b["packets_captured"], b["packets_received"], b["packets_dropped_kernel"]) == (
+        False, 40, 45, 5)
+    assert doc["points"][0]["complete"] is True
+
+
+def test_missing_interface_is_a_one_line_error_naming_the_point(tmp_path: Path) -> None:
+    launched: list[subprocess.Popen[Any]] = []
+    points = [point(tmp_path, "good", "ok", launched), point(tmp_path, "ps-port", "nodev", launched)]
+    cap = PcapCapture(points, drain_s=0)
+    with pytest.raises(CaptureError) as err:
+        cap.start()
+    msg = str(err.value)
+    assert "\n" not in msg and "'ps-port'" in msg and "No such device" in msg and "good" not in msg
+    assert all_ended(launched)  # the point that did start was stopped too
+    doc = cap.stop()
+    assert cap.stop() == doc
+    assert doc["complete"] is False
+    assert doc["points"][0]["complete"] is True and doc["points"][1]["complete"] is False
+    assert "No such device" in doc["points"][1]["error"]
+
+
+def test_start_times_out_when_tcpdump_never_listens(tmp_path: Path) -> None:
+    launched: list[subprocess.Popen[Any]] = []
+    cap = PcapCapture([point(tmp_path, "mute", "silent", launched)], start_timeout=0.5, stop_timeout=1)
+    with pytest.raises(CaptureError, match="'mute'.*not listening"):
+        cap.start()
+    assert all_ended(launched)
+    assert cap.stop()["points"][0]["complete"] is False
+
+
+def test_tcpdump_that_died_early_is_reported_not_raised(tmp_path: Path) -> None:
+    launched: list[subprocess.Popen[Any]] = []
+    cap = PcapCapture([point(tmp_path, "gone", "dies", launched), point(tmp_path, "ok", "ok", launched)],
+                      drain_s=0)
+    cap.start()
+    launched[0].wait(timeout=10)
+    doc = cap.stop()
+    gone = doc["points"][0]
+    assert gone["complete"] is False and "interface disappeared" in gone["error"]
+    assert gone["packets_captured"] == 3
+    assert doc["points"][1]["complete"] is True and doc["complete"] is False
+
+
+def test_stop_without_start_is_harmless(tmp_path: Path) -> None:
+    cap = PcapCapture([CapturePoint("p", "eth9", tmp_path / "p.pcap")])
+    doc = cap.stop()
+    assert doc["complete"] is False and doc["points"][0]["error"] == "never started"
+
+
+def test_duplicate_point_names_rejected(tmp_path: Path) -> None:
+    with pytest.raises(ValueError):
+        PcapCapture([CapturePoint("p", "a", tmp_path / "a"), CapturePoint("p", "b", tmp_path / "b")])
+
+
+def _rtattr(kind: int, payload: bytes) -> bytes:
+    raw = struct.pack("=HH", 4 + len(payload), kind) + payload
+    return raw + b"\0" * (-len(raw) % 4)
+
+
+def _tcmsg_with_stats(bytes_: int, packets: int, qlen: int, backlog: int, drops: int,
+                      pkt64: int | None = None) -> bytes:
+    basic = struct.pack("=QI", bytes_, packets) + b"\0" * 4  # the kernel pads gnet_stats_basic to 16
+    nested = _rtattr(TCA_STATS_BASIC, basic) + _rtattr(TCA_STATS_QUEUE,
+                                                       struct.pack("=IIIII", qlen, backlog, drops, 0, 9))
+    if pkt64 is not None:
+        nested += _rtattr(TCA_STATS_PKT64, struct.pack("=Q", pkt64))
+    tcmsg = struct.pack("=BxxxiIII", 0, 5, 0x10001, 0x10000, 0)
+    return tcmsg + _rtattr(1, b"htb\0") + _rtattr(TCA_STATS2 | 0x8000, nested)
+
+
+def test_parse_tclass_stats() -> None:
+    assert parse_tclass_stats(_tcmsg_with_stats(3000, 2, 20, 30280, 7)) == ClassStats(30280, 20, 7, 2)
+    assert parse_tclass_stats(_tcmsg_with_stats(1, 5, 0, 0, 0, pkt64=1 << 33)).sent_packets == 1 << 33
+    assert parse_tclass_stats(struct.pack("=BxxxiIII", 0, 5, 0x10001, 0, 0)) is None
+
+
+def test_parse_classid_and_tc_text() -> None:
+    assert parse_classid("1:1") == 0x10001
+    assert parse_classid("1:fffe") == 0x1FFFE
+    block = ["class htb 1:1 root prio 0 rate 20Mbit ceil 20Mbit burst 1600b cburst 1600b",
+             " Sent 3778808 bytes 2630 pkt (dropped 1380, overlimits 2619 requeues 0)",
+             " backlog 28840b 20p requeues 0"]
+    assert parse_tc_class_block(block) == ClassStats(28840, 20, 1380, 2630)
+    assert parse_tc_class_block(block[:2]) is None
+    assert (_tc_size("1514b"), _tc_size("30Kb"), _tc_size("2Mb")) == (1514, 30 * 1024, 2 * 1024 * 1024)
+
+
+def test_sampler_rejects_missing_interface(tmp_path: Path) -> None:
+    sampler = QueueSampler("iltcap-none", tmp_path / "q.jsonl")
+    with pytest.raises(QueueSamplerError, match="iltcap-none"):
+        sampler.start()
+    assert sampler.stop()["samples"] == 0
