@@ -201,18 +201,24 @@ def _scan_vectorised(buf: np.ndarray, mv: memoryview, f32: np.ndarray, n: int, o
     last = n - 16
     k = 3 if order == "<" else 0  # the top byte of the seconds
     hit = buf[24 + k:last + 1 + k] == buf[24 + k]
-    if np.count_nonzero(hit) > (n - 24) // 32:  # e.g. timestamps near 0: no useful guess
+    if np.count_nonzero(hit[:1 << 20]) > (1 << 20) // 32:  # e.g. timestamps near 0: no useful guess
         rest: list[int] = []
         off = _walk(mv, order, 24, last, rest)
         pieces.append(np.asarray(rest, dtype=np.int64))
         return off
-    cand = np.flatnonzero(hit) + 24
-    sec = f32[cand]
-    keep = ((f32[cand + 4] < (1_000_000_000 if nano else 1_000_000))
+    cand = np.flatnonzero(hit)
+    cand += 24
+    hdr = np.ndarray((buf.shape[0] - 15,), dtype="V16", buffer=buf, offset=0, strides=(1,))[cand]
+    hdr = hdr.view(np.dtype({"names": ["sec", "frac", "cap"], "formats": [order + "u4"] * 3,
+                             "offsets": [0, 4, 8], "itemsize": 16}))
+    sec = hdr["sec"]
+    keep = ((hdr["frac"] < (1_000_000_000 if nano else 1_000_000))
             & ((sec - sec[0] + np.uint32(_SEC_SLACK)) < np.uint32(2 * _SEC_SLACK)))
     keep[0] = True  # the first record is at 24 whatever it holds
     cand = cand[keep]
-    nxt = cand + 16 + f32[cand + 8].astype(np.int64)
+    nxt = hdr["cap"][keep].astype(np.int64)
+    nxt += cand
+    nxt += 16
     brk = np.flatnonzero(nxt[:-1] != cand[1:]).tolist()
     brk.append(cand.shape[0] - 1)
     i = 0
@@ -271,101 +277,128 @@ def read_pcap(path: str | os.PathLike[str], *, allow_truncated: bool = False,
 
 
 def _words(buf: np.ndarray, dtype: str) -> np.ndarray:
-    """Element i: the word of the given dtype (e.g. '>u8') starting at byte i of buf."""
+    """Element i: the word of the given dtype (e.g. '>u2') starting at byte i of buf."""
     size = np.dtype(dtype).itemsize
     return np.ndarray((buf.shape[0] - size + 1,), dtype=dtype, buffer=buf, offset=0, strides=(1,))
 
 
-_M16, _M32 = np.uint64(0xFFFF), np.uint64(0xFFFFFFFF)
-_S16, _S24, _S32, _S48, _S56 = (np.uint64(x) for x in (16, 24, 32, 48, 56))
+# Header fields by (dtype in the file, offset from the IP header, native dtype); the record header
+# ones (offset from the record start) are added per file byte order. TCP ones are relative to the
+# TCP header.
+_IP_FIELDS = {"vihl": ("u1", 0, np.uint8), "total": (">u2", 2, np.int64), "frag": (">u2", 6, np.uint16),
+              "proto": ("u1", 9, np.uint8), "src": (">u4", 12, np.uint32), "dst": (">u4", 16, np.uint32)}
+_TCP_FIELDS = {"sport": (">u2", 0, np.uint16), "dport": (">u2", 2, np.uint16), "seq": (">u4", 4, np.uint32),
+               "ack": (">u4", 8, np.uint32), "toff": ("u1", 12, np.uint8), "fl": ("u1", 13, np.uint8),
+               "win": (">u2", 14, np.uint16)}
+# link layer: offset of the IP header in the link data, and the field that says "IPv4"
+_LINK: dict[int, tuple[int, tuple[str, int] | None]] = {
+    LINKTYPE_ETHERNET: (14, (">u2", 12)), LINKTYPE_LINUX_SLL: (16, (">u2", 14)),
+    LINKTYPE_LINUX_SLL2: (20, (">u2", 0)), LINKTYPE_NULL: (4, ("<u4", 0)),
+    LINKTYPE_RAW: (0, None), LINKTYPE_IPV4: (0, None)}
+_CHUNK = 16384  # records per gather: the copied headers stay in the CPU cache while cut into fields
+
+
+def _gather(buf: np.ndarray, offs: np.ndarray, order: str, linktype: int, l3: int, ihl: int,
+            out: dict[str, np.ndarray] | None = None, at: np.ndarray | None = None) -> dict[str, np.ndarray]:
+    """Header fields of the records at `offs`, all laid out with the IP header `l3` bytes and the
+    TCP header `l3 + ihl` bytes after the record start (bytes past a record's end are junk).
+
+    Each chunk of records is copied with one fancy-index gather of fixed-size byte strings out of
+    an overlapping view (element i: the bytes from i on) and cut into fields by a structured view.
+    Into new arrays, or into `out` at the positions `at`.
+    """
+    fields = {k: (order + "u4", 4 * i, np.int64) for i, k in enumerate(("sec", "frac", "cap", "wire"))}
+    link = _LINK[linktype][1]
+    if link is not None:
+        fields["link"] = (link[0], 16 + link[1], np.uint32)
+    fields.update({k: (f, l3 + o, t) for k, (f, o, t) in _IP_FIELDS.items()})
+    fields.update({k: (f, l3 + ihl + o, t) for k, (f, o, t) in _TCP_FIELDS.items()})
+    size = l3 + ihl + 16
+    dt = np.dtype({"names": list(fields), "formats": [f for f, _, _ in fields.values()],
+                   "offsets": [o for _, o, _ in fields.values()], "itemsize": size})
+    rows = np.ndarray((buf.shape[0] - size + 1,), dtype=f"V{size}", buffer=buf, offset=0, strides=(1,))
+    m = offs.shape[0]
+    if out is None:
+        out = {k: np.empty(m, dtype=t) for k, (_, _, t) in fields.items()}
+    for s in range(0, m, _CHUNK):
+        got = rows[offs[s:s + _CHUNK]].view(dt)
+        sel = slice(s, s + _CHUNK) if at is None else at[s:s + _CHUNK]
+        for k in fields:
+            out[k][sel] = got[k]
+    return out
 
 
 def _decode(buf: np.ndarray, offs: np.ndarray, order: str, nano: bool, linktype: int) -> dict[str, np.ndarray]:
-    """Gather all header fields of the records starting at `offs` with vectorised numpy indexing.
+    """All header fields of the IPv4 TCP records starting at `offs` (vectorised, see _gather).
 
-    Unaligned views (element i is the word starting at byte i) make each 8-byte piece of a header
-    of every record one fancy-index gather (a memory pass per gather, so few wide ones beat many
-    narrow ones); the fields are cut out of those words. buf's zero padding keeps the reads of
-    short records in bounds.
+    Every record is first read with the usual layout (no VLAN tag, 20-byte IP header); the few
+    that have another are read again, grouped by their layout. buf's zero padding keeps the reads
+    of short records in bounds.
     """
-    v64, v16 = _words(buf, ">u8"), _words(buf, ">u2")
-    f64 = v64 if order == ">" else _words(buf, "<u8")
-    lo_first = order == "<"  # the first 32-bit field of a pair is in the low half of the word
-
-    def be64(pos: np.ndarray) -> np.ndarray:  # gathered in native byte order: arithmetic is cheaper
-        return v64[pos].astype(np.uint64)
-
-    def be16(pos: np.ndarray) -> np.ndarray:
-        return v16[pos].astype(np.uint16)
-
-    def pair(pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        w = f64[pos].astype(np.uint64)
-        lo, hi = (w & _M32).astype(np.int64), (w >> _S32).astype(np.int64)
-        return (lo, hi) if lo_first else (hi, lo)
-
-    d = offs + 16  # start of link-layer data
-    cap, wire = pair(offs + 8)
-    end = d + cap
-
+    base = 16 + _LINK[linktype][0]
+    f = _gather(buf, offs, order, linktype, base, 20)
+    n = offs.shape[0]
+    l3 = np.full(n, base, dtype=np.int64)  # IP header offset from the record start
+    vlan = None
     if linktype == LINKTYPE_ETHERNET:
-        et = be16(d + 12)
-        l3 = d + 14
-        for _ in range(2):  # up to two VLAN tags (802.1Q / 802.1ad)
-            tagged = (et == 0x8100) | (et == 0x88A8)
-            if not tagged.any():
-                break
-            et = np.where(tagged, be16(l3 + 2), et)
-            l3 = np.where(tagged, l3 + 4, l3)
-        is_ip = et == 0x0800
-    elif linktype == LINKTYPE_LINUX_SLL:
-        is_ip = be16(d + 14) == 0x0800
-        l3 = d + 16
-    elif linktype == LINKTYPE_LINUX_SLL2:
-        is_ip = be16(d) == 0x0800
-        l3 = d + 20
+        vlan = (f["link"] == 0x8100) | (f["link"] == 0x88A8)
+        is_ip = f["link"] == 0x0800
+    elif linktype in (LINKTYPE_LINUX_SLL, LINKTYPE_LINUX_SLL2):
+        is_ip = f["link"] == 0x0800
     elif linktype == LINKTYPE_NULL:  # 4-byte address family in the writer's byte order, AF_INET = 2
-        fam = _words(buf, "<u4")[d]
-        is_ip = (fam == 2) | (fam == 0x02000000)
-        l3 = d + 4
+        is_ip = (f["link"] == 2) | (f["link"] == 0x02000000)
     else:  # raw IP
-        is_ip = np.ones(len(offs), dtype=bool)
-        l3 = d
-
-    ip0 = be64(l3)        # version/IHL, TOS, total length, id, flags/fragment offset
-    ip1 = be64(l3 + 8)    # TTL, protocol, checksum, source address
-    vihl = (ip0 >> _S56).astype(np.int64)
-    ihl = (vihl & 15) * 4
-    tcp = l3 + ihl
-    ok = (is_ip & ((vihl >> 4) == 4) & (ihl >= 20) & (((ip1 >> _S48) & np.uint64(0xFF)) == 6)
-          & ((ip0 & np.uint64(0x1FFF)) == 0) & (tcp + 16 <= end))
+        is_ip = np.ones(n, dtype=bool)
+    vihl = f["vihl"]
+    other = is_ip & (vihl > 0x45) & (vihl < 0x50)  # IPv4 with options: the TCP header is further
+    if vlan is not None:
+        other |= vlan
+    redo = np.flatnonzero(other)
+    if redo.size:
+        _regather(buf, offs, order, linktype, redo, f, l3, is_ip)
+        vihl = f["vihl"]
+    ihl = (vihl & 15).astype(np.int64) * 4
+    ok = (is_ip & ((vihl >> 4) == 4) & (ihl >= 20) & (f["proto"] == 6) & ((f["frag"] & 0x1FFF) == 0)
+          & (l3 + ihl <= f["cap"]))  # the TCP header up to the window field is captured
     idx = np.flatnonzero(ok)
-    if idx.shape[0] != ok.shape[0]:
-        offs, ip0, ip1, l3, tcp, ihl, cap, wire, d = (
-            x[idx] for x in (offs, ip0, ip1, l3, tcp, ihl, cap, wire, d))
-    sec, frac = pair(offs)
-    t0 = be64(tcp)        # ports, sequence number
-    t1 = be64(tcp + 8)    # ack number, data offset, flags, window
-    total = ((ip0 >> _S32) & _M16).astype(np.int64)
-    toff = (t1 >> _S24).astype(np.uint16)  # data offset, reserved bits and NS (low byte: wraps)
-    doff = ((toff & 0xF0) >> 2).astype(np.int64)
+    if idx.shape[0] != n:
+        f = {k: v[idx] for k, v in f.items()}
+        ihl, l3 = ihl[idx], l3[idx]
+    total, wire, toff = f["total"], f["wire"], f["toff"]
     # TSO/GSO captures carry IP total length 0: fall back to the wire length
-    iplen = np.where(total == 0, wire - (l3 - d), total)
-    plen = np.maximum(iplen - ihl - doff, 0)
-    ts_ns = sec * 1_000_000_000
-    ts_ns += frac * (1 if nano else 1000)
-    flags = ((toff & 1) << 8) | ((t1 >> _S16).astype(np.uint16) & 0xFF)
-    return {
-        "frame": idx + 1,
-        "ts_ns": ts_ns,
-        "src": ip1.astype(np.uint32),
-        "dst": _words(buf, ">u4")[l3 + 16].astype(np.uint32),
-        "sport": (t0 >> _S48).astype(np.uint16),
-        "dport": (t0 >> _S32).astype(np.uint16),
-        "seq": t0.astype(np.uint32),
-        "ack": (t1 >> _S32).astype(np.uint32),
-        "flags": flags.astype(np.uint16),
-        "win": t1.astype(np.uint16),
-        "plen": plen,
-        "caplen": cap,
-        "wirelen": wire,
-    }
+    iplen = np.where(total == 0, wire - (l3 - 16), total)
+    plen = np.maximum(iplen - ihl - ((toff >> 4).astype(np.int64) * 4), 0)
+    ts_ns = f["sec"] * 1_000_000_000
+    ts_ns += f["frac"] * (1 if nano else 1000)
+    flags = (toff & 1).astype(np.uint16) << 8
+    flags |= f["fl"]
+    return {"frame": idx + 1, "ts_ns": ts_ns, "src": f["src"], "dst": f["dst"], "sport": f["sport"],
+            "dport": f["dport"], "seq": f["seq"], "ack": f["ack"], "flags": flags, "win": f["win"],
+            "plen": plen, "caplen": f["cap"], "wirelen": wire}
+
+
+def _regather(buf: np.ndarray, offs: np.ndarray, order: str, linktype: int, redo: np.ndarray,
+              f: dict[str, np.ndarray], l3: np.ndarray, is_ip: np.ndarray) -> None:
+    """Read the records `redo` (indices into offs) again with their own layout: up to two VLAN
+    tags (802.1Q / 802.1ad) and IP options. Updates f, l3 and is_ip in place."""
+    v16 = _words(buf, ">u2")
+    o = offs[redo]
+    pos = np.full(redo.shape[0], 16 + _LINK[linktype][0], dtype=np.int64)
+    if linktype == LINKTYPE_ETHERNET:
+        et = f["link"][redo]
+        for _ in range(2):
+            tagged = (et == 0x8100) | (et == 0x88A8)
+            et = np.where(tagged, v16[o + pos + 2], et)
+            pos = np.where(tagged, pos + 4, pos)
+        ip = et == 0x0800
+    else:
+        ip = np.ones(redo.shape[0], dtype=bool)
+    vihl = buf[o + pos]
+    ihl = (vihl & 15).astype(np.int64) * 4
+    ip &= ((vihl >> 4) == 4) & (ihl >= 20)  # else it is not decoded as IPv4 TCP anyway
+    is_ip[redo] = ip
+    l3[redo] = pos
+    key = pos * 64 + ihl
+    for k in np.unique(key[ip]).tolist():
+        sel = np.flatnonzero(ip & (key == k))
+        _gather(buf, o[sel], order, linktype, k // 64, k % 64, out=f, at=redo[sel])

@@ -117,6 +117,14 @@ class PcapCapture:
         """Launch every tcpdump and return once all are listening; else stop them and raise."""
         if self._running:
             raise RuntimeError("capture already started")
+        try:
+            self._launch_all()
+        except BaseException:  # e.g. Ctrl-C while waiting: leave no tcpdump behind
+            self._report = self._halt(drain=False)
+            raise
+
+    def _launch_all(self) -> None:
+        """Launch one tcpdump per point, then wait for all of them to listen."""
         for point in self.points:
             point.file.parent.mkdir(parents=True, exist_ok=True)
             run = _Running(point)

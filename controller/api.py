@@ -39,7 +39,8 @@ class ApiApp:
         except Exception as exc:  # noqa: BLE001 - an API must answer, never crash the controller
             status, headers, body = self._json(500, {"error": f"internal error: {type(exc).__name__}"})
         start_response(status, headers)
-        return [body]
+        # HEAD: the headers of a GET (Content-Length included), never its body (RFC 9110 9.3.2)
+        return [b""] if environ.get("REQUEST_METHOD") == "HEAD" else [body]
 
     # -- routing ----------------------------------------------------------------------------
     def handle(self, environ: dict[str, Any]) -> tuple[str, list[tuple[str, str]], bytes]:
@@ -61,7 +62,7 @@ class ApiApp:
             "/api/events": self.events,
         }
         try:
-            params = parse_qs(query, strict_parsing=False, max_num_fields=20)
+            params = parse_qs(query, keep_blank_values=True, strict_parsing=False, max_num_fields=20)
         except ValueError:
             return self._json(400, {"error": "malformed query string"})
         if path in routes:
@@ -124,8 +125,12 @@ class ApiApp:
     # -- helpers ----------------------------------------------------------------------------
     def _static(self, rel: str) -> tuple[str, list[tuple[str, str]], bytes]:
         base = self.static_dir.resolve()
-        target = (base / rel).resolve()
-        if base not in target.parents or not target.is_file():
+        try:
+            target = (base / rel).resolve()
+            found = base in target.parents and target.is_file()
+        except (OSError, ValueError):  # a NUL byte, a name too long for the file system
+            found = False
+        if not found:
             return self._json(404, {"error": f"no such file: {rel[:100]}"})
         ctype = mimetypes.guess_type(target.name)[0] or "application/octet-stream"
         body = target.read_bytes()

@@ -19,7 +19,7 @@ from os_ken.lib import hub
 from os_ken.ofproto import ofproto_v1_3
 
 from controller.api import ApiApp
-from controller.routing import FlowRule, GroupRule, SwitchRules, compute_rules
+from controller.routing import FlowRule, GroupRule, SwitchRules, compute_rules, uplink_of_port
 from controller.stats import StatsStore
 
 CONFIG: dict[str, Any] = {}
@@ -35,6 +35,8 @@ class FabricController(app_manager.OSKenApp):
         super().__init__(*args, **kwargs)
         self.plan: dict[str, Any] = CONFIG["plan"]
         self.interval: float = float(CONFIG.get("interval", 1.0))
+        self.down: set[tuple[str, str]] = set()  # dead (leaf, spine) links
+        self.port_state: dict[tuple[str, int], bool] = {}
         self.rules: dict[int, SwitchRules] = compute_rules(self.plan)
         record = CONFIG.get("record")
         self.store = StatsStore(self.plan, record=Path(record) if record else None)
@@ -71,15 +73,33 @@ class FabricController(app_manager.OSKenApp):
 
     @set_ev_cls(ofp_event.EventOFPPortStatus, MAIN_DISPATCHER)
     def port_status(self, ev: Any) -> None:
-        """A port went up or down (a link fault): record it; the select groups fail over by themselves."""
+        """A port went up or down: record it; for a leaf-spine link, steer around it."""
         msg = ev.msg
         ofp = msg.datapath.ofproto
         name = self.store.dpid_name.get(msg.datapath.id, str(msg.datapath.id))
-        down = bool(msg.desc.state & ofp.OFPPS_LINK_DOWN) or bool(msg.desc.config & ofp.OFPPC_PORT_DOWN)
-        reason = {ofp.OFPPR_ADD: "add", ofp.OFPPR_DELETE: "delete", ofp.OFPPR_MODIFY: "modify"}.get(
-            msg.reason, str(msg.reason))
-        self.store.add_event("port_down" if down else "port_up", switch=name, port=msg.desc.port_no,
-                             reason=reason)
+        port = msg.desc.port_no
+        down = (bool(msg.desc.state & ofp.OFPPS_LINK_DOWN) or bool(msg.desc.config & ofp.OFPPC_PORT_DOWN)
+                or msg.reason == ofp.OFPPR_DELETE)
+        if self.port_state.get((name, port)) == (not down):
+            return  # OVS repeats itself: one event per real change
+        first = (name, port) not in self.port_state
+        self.port_state[(name, port)] = not down
+        if first and not down:
+            return
+        self.store.add_event("port_down" if down else "port_up", switch=name, port=port)
+        link = uplink_of_port(self.plan, name, port)
+        if link is None:
+            return
+        changed = link not in self.down if down else link in self.down
+        (self.down.add if down else self.down.discard)(link)
+        if changed:
+            self.rules = compute_rules(self.plan, self.down)
+            for dpid, dp in list(self.datapaths.items()):
+                for group in self.rules[dpid].groups:
+                    dp.send_msg(self._group_mod(dp, group, modify=True))
+            self.store.add_event("reroute", link=f"{link[0]}-{link[1]}", state="down" if down else "up",
+                                 dead_links=sorted(f"{a}-{b}" for a, b in self.down))
+            LOG.info("link %s-%s %s: groups rewritten", link[0], link[1], "down" if down else "up")
 
     # -- statistics -------------------------------------------------------------------------
     def _poll(self) -> None:
@@ -127,12 +147,12 @@ class FabricController(app_manager.OSKenApp):
         dp.send_msg(parser.OFPBarrierRequest(dp))
 
     @staticmethod
-    def _group_mod(dp: Any, group: GroupRule) -> Any:
+    def _group_mod(dp: Any, group: GroupRule, modify: bool = False) -> Any:
         parser, ofp = dp.ofproto_parser, dp.ofproto
         buckets = [parser.OFPBucket(weight=1, watch_port=port, watch_group=ofp.OFPG_ANY,
                                     actions=[parser.OFPActionOutput(port)]) for port in group.ports]
-        return parser.OFPGroupMod(dp, command=ofp.OFPGC_ADD, type_=ofp.OFPGT_SELECT,
-                                  group_id=group.group_id, buckets=buckets)
+        return parser.OFPGroupMod(dp, command=ofp.OFPGC_MODIFY if modify else ofp.OFPGC_ADD,
+                                  type_=ofp.OFPGT_SELECT, group_id=group.group_id, buckets=buckets)
 
     @staticmethod
     def _flow_mod(dp: Any, flow: FlowRule) -> Any:

@@ -7,6 +7,10 @@ dead uplink drops out of the group. Broadcast and multicast follow a loop-free t
 host's broadcast to its other hosts and to spine 1 only; a spine sends it down to every other leaf;
 a leaf sends what comes from a spine to its hosts only.
 
+A leaf has one select group per remote leaf, so when a leaf-spine link dies the controller only
+rewrites groups: every leaf drops that spine from the groups toward the cut-off leaf, and the
+cut-off leaf drops it from all of its groups.
+
 The rules are plain data (FlowRule, GroupRule) so they can be tested without a switch.
 """
 
@@ -15,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-ECMP_GROUP_ID = 1
+GROUP_BASE = 100  # group toward remote leaf k is GROUP_BASE + k
 PRIO_UNICAST = 100
 PRIO_BROADCAST = 50
 MULTICAST_BIT = ("01:00:00:00:00:00", "01:00:00:00:00:00")
@@ -50,8 +54,24 @@ class SwitchRules:
     groups: list[GroupRule] = field(default_factory=list)
 
 
-def compute_rules(plan: dict[str, Any]) -> dict[int, SwitchRules]:
-    """Rules for every switch of the plan, keyed by datapath id."""
+def group_id(leaf: str) -> int:
+    """The select group (on every other leaf) that leads toward `leaf` ("lf3" -> 103)."""
+    return GROUP_BASE + int(leaf[2:])
+
+
+def uplink_of_port(plan: dict[str, Any], switch: str, port: int) -> tuple[str, str] | None:
+    """(leaf, spine) of the leaf-spine link that ends at switch:port, or None for a host port."""
+    for link in plan["links"]:
+        if link["kind"] != "uplink":
+            continue
+        if (link["a"], link["a_port"]) == (switch, port) or (link["b"], link["b_port"]) == (switch, port):
+            return link["a"], link["b"]
+    return None
+
+
+def compute_rules(plan: dict[str, Any], down: set[tuple[str, str]] | None = None) -> dict[int, SwitchRules]:
+    """Rules for every switch of the plan, keyed by datapath id; `down` holds dead (leaf, spine) links."""
+    down = down or set()
     spines = sorted((s for s in plan["switches"] if s["role"] == "spine"), key=lambda s: s["dpid"])
     leaves = sorted((s for s in plan["switches"] if s["role"] == "leaf"), key=lambda s: s["dpid"])
     uplink_of: dict[tuple[str, str], int] = {}  # (leaf, spine) -> leaf port
@@ -70,13 +90,18 @@ def compute_rules(plan: dict[str, Any]) -> dict[int, SwitchRules]:
         sr = SwitchRules(name, leaf["dpid"], "leaf")
         up_ports = tuple(uplink_of[(name, sp["name"])] for sp in spines)
         host_ports = tuple(h["port"] for h in hosts_on[name])
-        sr.groups.append(GroupRule(ECMP_GROUP_ID, up_ports))
+        for other in leaves:
+            if other["name"] == name:
+                continue
+            alive = tuple(uplink_of[(name, sp["name"])] for sp in spines
+                          if (name, sp["name"]) not in down and (other["name"], sp["name"]) not in down)
+            sr.groups.append(GroupRule(group_id(other["name"]), alive))
         for host in plan["hosts"]:
             match = {"eth_dst": host["mac"]}
             if host["leaf"] == name:
                 sr.flows.append(FlowRule(PRIO_UNICAST, match, out_ports=(host["port"],)))
             else:
-                sr.flows.append(FlowRule(PRIO_UNICAST, match, group=ECMP_GROUP_ID))
+                sr.flows.append(FlowRule(PRIO_UNICAST, match, group=group_id(host["leaf"])))
         for port in host_ports:
             others = tuple(p for p in host_ports if p != port)
             sr.flows.append(FlowRule(PRIO_BROADCAST, {"in_port": port, "eth_dst": MULTICAST_BIT},

@@ -27,6 +27,8 @@ EXPERIMENT_FLAGS = {  # flag -> (ExperimentConfig field, type, help)
     "--timeout": ("timeout", float, "seconds a silent peer may take before the run fails"),
     "--run-timeout": ("run_timeout", float, "seconds one strategy may take at most"),
     "--target-loss": ("target_loss", float, "loss for time-to-target in the report"),
+    "--fault": ("faults", str, "inject a fault, e.g. link-down:lf1-eth1@5s, kill-worker:2@step3, "
+                               "controller-restart@4s (repeatable)"),
 }
 FABRIC_FLAGS = {
     "--spines": ("spines", int), "--leaves": ("leaves", int), "--hosts-per-leaf": ("hosts_per_leaf", int),
@@ -178,7 +180,8 @@ def _add_experiment_parser(sub: Any, name: str, text: str, scenario: str) -> Non
         if action.dest in {k for k, _ in FABRIC_FLAGS.values()}:
             action.default = None
     for flag, (dest, typ, help_text) in EXPERIMENT_FLAGS.items():
-        p.add_argument(flag, dest=dest, type=typ, default=None, help=help_text)
+        action = "append" if dest == "faults" else "store"
+        p.add_argument(flag, dest=dest, type=typ, default=None, help=help_text, action=action)
     p.add_argument("--straggler", action="append", metavar="HOST:FIELD=V,...",
                    help="slow a worker, e.g. h3:cpu=0.25 or h3:slow_every=3,slow_factor=4 (repeatable)")
     p.add_argument("--scenario", help=f"scenario file (default: the shipped {scenario}.json)")

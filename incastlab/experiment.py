@@ -66,6 +66,7 @@ class ExperimentConfig:
     run_timeout: float = 900.0
     stragglers: list[Straggler] = field(default_factory=list)
     target_loss: float | None = None
+    faults: list[str] = field(default_factory=list)
 
     def validate(self) -> None:
         """Refuse a run that cannot happen, naming the field."""
@@ -106,6 +107,15 @@ class ExperimentConfig:
                 raise SpecError(f"stragglers: host {st.host!r} runs no worker in this run")
             if st.slow_every < 0 or st.slow_factor < 1:
                 raise SpecError(f"stragglers: {st.host}: slow_every must be >= 0 and slow_factor >= 1")
+        self.parsed_faults()
+
+    def parsed_faults(self) -> list[Any]:
+        """The fault specs, checked against the fabric."""
+        from incastlab.faults import parse_fault
+        from topologies.spec import build_plan
+
+        plan = build_plan(self.fabric)
+        return [parse_fault(f, plan, self.n_workers) for f in self.faults]
 
     @property
     def n_workers(self) -> int:
@@ -177,6 +187,9 @@ class StrategyRun:
         self.sampler: Any = None
         self.t_start = 0.0
         self.t_end = 0.0
+        self.killed: dict[int, str] = {}  # rank -> fault that killed it
+        self.dead_since: dict[int, float] = {}  # index in procs -> when first seen dead
+        self.injector: Any = None
 
     # -- launching --------------------------------------------------------------------------
     def _python(self) -> list[str]:
@@ -276,12 +289,21 @@ class StrategyRun:
             lines = []
         return lines[-1].strip() if lines else "no message"
 
+    def kill_worker(self, rank: int) -> None:
+        """Fault injection: SIGKILL one worker, as a crash would."""
+        for p in self.procs:
+            if p.role == "worker" and p.rank == rank and p.popen.poll() is None:
+                p.popen.kill()
+                self.killed[rank] = f"kill-worker:{rank}"
+
     def wait(self) -> None:
         """Follow the processes until all finish; raise ExperimentError when one fails or hangs."""
         deadline = time.monotonic() + self.cfg.run_timeout
         last_shown = None
         while True:
             done = self._steps_done()
+            if self.injector is not None:
+                self.injector.tick(min(done.values(), default=0))
             if done:
                 lo, hi = min(done.values()), max(done.values())
                 shown = (lo, hi)
@@ -292,13 +314,24 @@ class StrategyRun:
                                                 steps=self.cfg.steps, fastest=hi)
                     last_shown = shown
             codes = [(p, p.popen.poll()) for p in self.procs]
-            failed = [(p, c) for p, c in codes if c not in (None, 0)]
+            now = time.monotonic()
+            for k, (_p, c) in enumerate(codes):
+                if c not in (None, 0):
+                    self.dead_since.setdefault(k, now)
+            failed = [(k, p, c) for k, (p, c) in enumerate(codes) if c not in (None, 0)]
             if failed:
-                # the first failure is the cause; the others usually fail because of it
-                p, code = min(failed, key=lambda pc: pc[0].log.stat().st_mtime if pc[0].log.exists() else 0)
+                # the first to die is the cause; the others usually fail because of it
+                def cause(kpc: tuple[int, Proc, int | None]) -> tuple[bool, float]:
+                    k, p, _ = kpc
+                    return (p.role != "worker" or p.rank not in self.killed, self.dead_since[k])
+
+                k, p, code = min(failed, key=cause)
                 step = done.get(p.rank, 0) if p.role == "worker" else min(done.values(), default=0)
-                raise ExperimentError(f"{self.strategy}: {p.label} exited with code {code} at step {step}: "
-                                      f"{self._last_err(p)}")
+                if p.role == "worker" and p.rank in self.killed:
+                    why = f"killed by fault {self.killed[p.rank]}"
+                else:
+                    why = f"exited with code {code}: {self._last_err(p)}"
+                raise ExperimentError(f"{self.strategy}: {p.label} {why} at step {step}")
             if all(c == 0 for _, c in codes):
                 return
             if time.monotonic() > deadline:
@@ -330,6 +363,13 @@ class StrategyRun:
         try:
             self.start_capture()
             self.t_start = time.time()
+            faults = self.cfg.parsed_faults()
+            if faults:
+                from incastlab.faults import FaultInjector
+
+                self.injector = FaultInjector(faults, self.out / "faults.jsonl", self.kill_worker,
+                                              self.s.controller, self.say)
+                self.injector.start()
             self.launch()
             self.wait()
             state = "complete"
@@ -342,6 +382,10 @@ class StrategyRun:
         finally:
             self.t_end = time.time()
             self.stop_procs()
+            if self.injector is not None:
+                self.injector.finish()
+                if not self.s.controller.alive():  # a controller fault must not outlive its strategy
+                    self.s.controller.start()
             time.sleep(2.5 * self.cfg.interval)  # let the controller poll the final counters
             self._save_records(before, hosts)
             self.stop_capture()
@@ -359,13 +403,17 @@ class StrategyRun:
                                                  for h in hosts})
         except Exception as exc:  # noqa: BLE001 - a dead host shell must not lose the other records
             self.say(f"{self.strategy}: could not read host counters: {exc}")
+        since = self.t_start - 3 * self.cfg.interval
+        record = self.s.controller.record
         try:
-            samples = self.s.controller.get(f"/api/timeseries?since={self.t_start - 3 * self.cfg.interval}",
-                                            timeout=10)["samples"]
+            if record is not None and record.exists():
+                # the record survives controller restarts; the API only knows the current process
+                samples = [r for r in read_jsonl(record) if r.get("t", 0) > since]
+            else:
+                samples = self.s.controller.get(f"/api/timeseries?since={since}", timeout=10)["samples"]
             write_jsonl(self.out / "timeseries.jsonl", samples)
         except Exception as exc:  # noqa: BLE001 - the controller may be the thing that failed
-            self.say(f"{self.strategy}: controller time series unavailable ({exc}); "
-                     "the run's controller record still has it")
+            self.say(f"{self.strategy}: controller time series unavailable ({exc})")
 
 
 def _relative(doc: dict[str, Any], base: Path) -> dict[str, Any]:

@@ -24,6 +24,7 @@ from typing import Any
 
 import pytest
 
+from analysis.pcapfile import read_pcap, str_to_ip
 from capture.pcap import CaptureError, CapturePoint, PcapCapture
 from capture.queue_depth import QueueSampler, parse_tc_class_block
 
@@ -190,7 +191,9 @@ def test_overload_queue_depth_and_pcaps_agree_with_kernel(link: Link, tmp_path: 
     assert summary["interval_s_median"] == pytest.approx(statistics.median(gaps), abs=1e-5)
     assert set(lines[0]) == {"t", "backlog_bytes", "backlog_packets", "drops", "sent_packets"}
     assert all(a["t"] < b["t"] for a, b in zip(lines, lines[1:], strict=False))
-    assert lines[-1]["drops"] == after["drops"] and lines[-1]["sent_packets"] == after["sent_packets"]
+    # the last sample is taken at stop(): what was queued then is sent later, nothing more is dropped
+    assert lines[-1]["drops"] == after["drops"]
+    assert lines[-1]["sent_packets"] + lines[-1]["backlog_packets"] == after["sent_packets"]
 
     # every datagram was either sent by the class (and captured on both ends) or dropped by it
     root, ns = doc["points"]
@@ -228,7 +231,11 @@ def test_light_tcp_flow_is_captured_completely_on_both_ends(link: Link, tmp_path
     assert doc["complete"] is True, doc
     assert root["packets_captured"] == root["packets_received"] == capinfos_count(tmp_path / root["file"])
     assert ns["packets_captured"] == capinfos_count(tmp_path / ns["file"])
-    assert root["packets_captured"] == ns["packets_captured"] > 256 * 1024 // 1448
+    assert root["packets_captured"] == ns["packets_captured"] > 0
+    # veths do GSO, so packets may be up to 64 KB: count the payload bytes, not the packets
+    for end in (root, ns):
+        pk = read_pcap(tmp_path / end["file"])
+        assert int(pk.plen[pk.dst == str_to_ip(NS_IP)].sum()) == 256 * 1024
     assert cap.stop() == doc
     assert my_tcpdumps(str(tmp_path)) == []
 

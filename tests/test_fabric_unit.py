@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from controller.routing import ECMP_GROUP_ID, compute_rules
+from controller.routing import compute_rules, group_id, uplink_of_port
 from topologies.spec import FabricSpec, SpecError, build_plan
 
 
@@ -68,7 +68,8 @@ def _deliver(plan, rules, src_host, dst_mac, max_hops=10):
         cands = [f for f in sr.flows if ("in_port" not in f.match or f.match["in_port"] == in_port)
                  and (f.match["eth_dst"] == dst_mac if isinstance(f.match["eth_dst"], str) else is_mc)]
         flow = max(cands, key=lambda f: f.priority)
-        ports = flow.out_ports if flow.group is None else sr.groups[0].ports[:1]
+        group = next((g for g in sr.groups if g.group_id == flow.group), None)
+        ports = flow.out_ports if group is None else group.ports[:1]
         for p in ports:
             nxt = peers[(sw, p)]
             if nxt[0].startswith("h"):
@@ -101,6 +102,23 @@ def test_leaves_spread_remote_traffic_over_every_spine():
     plan = build_plan(FabricSpec(spines=3, leaves=2))
     rules = compute_rules(plan)
     lf1 = next(r for r in rules.values() if r.name == "lf1")
-    assert [g.ports for g in lf1.groups] == [(1, 2, 3)]
-    remote = [f for f in lf1.flows if f.group == ECMP_GROUP_ID]
+    assert [(g.group_id, g.ports) for g in lf1.groups] == [(group_id("lf2"), (1, 2, 3))]
+    remote = [f for f in lf1.flows if f.group == group_id("lf2")]
     assert len(remote) == 2  # h3, h4 on lf2
+
+
+def test_a_dead_uplink_is_steered_around_by_every_leaf():
+    plan = build_plan(FabricSpec(spines=2, leaves=3))
+    assert uplink_of_port(plan, "sp1", 2) == ("lf2", "sp1")
+    assert uplink_of_port(plan, "lf2", 1) == ("lf2", "sp1")
+    assert uplink_of_port(plan, "lf2", 3) is None
+    rerouted = compute_rules(plan, down={("lf2", "sp1")})
+    rules = {r.name: r for r in rerouted.values()}
+    groups = {name: {g.group_id: g.ports for g in r.groups} for name, r in rules.items() if r.role == "leaf"}
+    assert groups["lf1"] == {group_id("lf2"): (2,), group_id("lf3"): (1, 2)}
+    assert groups["lf2"] == {group_id("lf1"): (2,), group_id("lf3"): (2,)}
+    assert groups["lf3"] == {group_id("lf1"): (1, 2), group_id("lf2"): (2,)}
+    for src in plan["hosts"]:  # every host still reaches every other
+        for dst in plan["hosts"]:
+            if src is not dst:
+                assert _deliver(plan, rerouted, src["name"], dst["mac"]) == [dst["name"]]
