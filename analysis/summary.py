@@ -122,7 +122,8 @@ def pcap_figures(sdir: Path, plan: dict[str, Any], bin_s: float = 0.1) -> dict[s
     ip_of = {h["name"]: str_to_ip(h["ip"]) for h in plan["hosts"]}
     out: dict[str, Any] = {"tcp_retransmits_pcap": 0, "tcp_fast_retransmits": 0, "tcp_timeout_retransmits": 0,
                            "dup_acks": 0, "out_of_order": 0, "zero_window": 0, "fabric_drops_pcap": 0,
-                           "drops_on_path_to_ps_pcap": 0, "capture_complete": bool(cap.get("complete", False)),
+                           "drops_on_path_to_ps_pcap": 0,
+                           "capture_complete": bool(cap.get("complete", False)),
                            "captures": len(points)}
     if not points:
         out["capture_complete"] = False

@@ -87,7 +87,7 @@ class TcpAnalysis:
 
     def per_flow(self) -> list[dict[str, object]]:
         """One dict per flow direction: src, sport, dst, dport, first/last time and the counts."""
-        order = np.argsort(self.flow, kind="stable")
+        order = _stable_order(self.flow)
         starts = np.searchsorted(self.flow[order], np.arange(len(self.flows) + 1))
         ts = self.packets.ts_ns
         res = []
@@ -137,21 +137,43 @@ def goodput_timeline(an: TcpAnalysis, bin_s: float = 0.1, flow: int | None = Non
             "mbit_s": [round(float(x) * 8 / bin_s / 1e6, 3) for x in by]}
 
 
+def _unique_inverse(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """np.unique(x, return_inverse=True), but a plain sort plus a binary search of the (usually
+    few) distinct values is several times faster than the argsort np.unique does."""
+    u = np.unique(x)
+    return u, np.searchsorted(u, x)
+
+
 def _ids(p: Packets) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[tuple[int, int, int, int]]]:
     """Direction id, conversation id and side (0/1) of every packet."""
     a = (p.src.astype(np.uint64) << np.uint64(16)) | p.sport.astype(np.uint64)
     b = (p.dst.astype(np.uint64) << np.uint64(16)) | p.dport.astype(np.uint64)
-    ends, inv = np.unique(np.concatenate([a, b]), return_inverse=True)
-    ea, eb = inv[: a.shape[0]].astype(np.int64), inv[a.shape[0]:].astype(np.int64)
+    ends = np.unique(np.concatenate([a, b]))
     ne = np.int64(len(ends))
-    dkeys, flow = np.unique(ea * ne + eb, return_inverse=True)
-    ckeys, conv = np.unique(np.minimum(ea, eb) * ne + np.maximum(ea, eb), return_inverse=True)
-    side = (ea > eb).astype(np.int64)
+    dkeys, flow = _unique_inverse(np.searchsorted(ends, a) * ne + np.searchsorted(ends, b))
+    # conversation and side are functions of the direction: work them out once per direction
+    fa, fb = dkeys // ne, dkeys % ne
+    _ckeys, conv_of = np.unique(np.minimum(fa, fb) * ne + np.maximum(fa, fb), return_inverse=True)
+    conv = conv_of.ravel()[flow]
+    side = (fa > fb).astype(np.int64)[flow]
     flows = []
-    for k in dkeys.tolist():
-        x, y = int(ends[k // int(ne)]), int(ends[k % int(ne)])
+    for x, y in zip(ends[fa].tolist(), ends[fb].tolist(), strict=True):
         flows.append((x >> 16, x & 0xFFFF, y >> 16, y & 0xFFFF))
-    return flow.ravel(), conv.ravel(), side, flows
+    return flow, conv, side, flows
+
+
+def _stable_order(ids: np.ndarray) -> np.ndarray:
+    """np.argsort(ids, kind="stable") of non-negative ids; ids that fit 16 bits get numpy's radix
+    sort (same result, several times faster than the merge sort for 64-bit values)."""
+    if ids.size and int(ids.max()) < 1 << 16:
+        return np.argsort(ids.astype(np.uint16), kind="stable")
+    return np.argsort(ids, kind="stable")
+
+
+def _group_start(first: np.ndarray) -> np.ndarray:
+    """Per position of a sorted array: the position where its group starts (first[0] is True)."""
+    starts = np.flatnonzero(first)
+    return np.repeat(starts, np.diff(np.r_[starts, first.shape[0]]))
 
 
 def _lt32(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -175,11 +197,11 @@ def analyze(p: Packets, *, exact_fallback: bool = True) -> TcpAnalysis:
     sfr = (fl & (SYN | FIN | RST)) != 0
 
     # ---- per direction, in direction-sorted order
-    o = np.argsort(flow, kind="stable")
+    o = _stable_order(flow)
     fo = flow[o]
     first_s = np.ones(n, dtype=bool)
     first_s[1:] = fo[1:] != fo[:-1]
-    gstart = np.maximum.accumulate(np.where(first_s, np.arange(n), 0))
+    gstart = _group_start(first_s)
     sq = seq[o]
     d32 = np.zeros(n, dtype=np.int64)
     d32[1:] = ((sq[1:] - sq[:-1] + (1 << 31)) & 0xFFFFFFFF) - (1 << 31)
@@ -214,11 +236,11 @@ def analyze(p: Packets, *, exact_fallback: bool = True) -> TcpAnalysis:
     nsb32 = nextseq_b & 0xFFFFFFFF
 
     # ---- last packet of the reverse direction (capture order)
-    oc = np.argsort(conv, kind="stable")
+    oc = _stable_order(conv)
     co = conv[oc]
     cfirst = np.ones(n, dtype=bool)
     cfirst[1:] = co[1:] != co[:-1]
-    cstart = np.maximum.accumulate(np.where(cfirst, np.arange(n), 0))
+    cstart = _group_start(cfirst)
     sd = side[oc]
     pos = np.arange(n)
     last0 = np.maximum.accumulate(np.where(sd == 0, pos, -1))
@@ -239,7 +261,8 @@ def analyze(p: Packets, *, exact_fallback: bool = True) -> TcpAnalysis:
     zwp = has_prev & (plen == 1) & (seq32 == nsb32) & (rev_win == 0)
     rev_ka = has_rev & ka[rj]
     same = has_prev & (plen == 0) & (seq32 == nsb32) & (ack == prevack) & ~sfr
-    dup = same & (win != 0) & (win == prevwin) & ~rev_ka
+    same_win = same & (win != 0) & (win == prevwin)
+    dup = same_win & ~rev_ka
     wupd = same & (win != 0) & (win != prevwin)
     zw = (win == 0) & ~sfr & ~zwp
     lost = has_prev & (seq64 > nextseq_b) & ((fl & RST) == 0) & ~zwp
@@ -277,10 +300,9 @@ def analyze(p: Packets, *, exact_fallback: bool = True) -> TcpAnalysis:
     for mask, bit in ((rtx, ws.RETRANSMISSION), (fast, ws.FAST_RETRANSMISSION),
                       (spur, ws.SPURIOUS_RETRANSMISSION), (ooo, ws.OUT_OF_ORDER),
                       (dup, ws.DUPLICATE_ACK), (zw, ws.ZERO_WINDOW), (ka, ws.KEEP_ALIVE),
-                      (has_prev & (plen == 0) & (seq32 == nsb32) & (ack == prevack) & ~sfr
-                       & (win != 0) & (win == prevwin) & rev_ka, ws.KEEP_ALIVE_ACK),
+                      (same_win & rev_ka, ws.KEEP_ALIVE_ACK),
                       (wupd, ws.WINDOW_UPDATE), (lost, ws.LOST_PACKET), (ack_lost, ws.ACK_LOST_PACKET)):
-        bits[mask] |= np.uint16(bit)
+        np.bitwise_or(bits, np.uint16(bit), out=bits, where=mask)
     dup_recovery = rev_dupnum >= DUPACK_EVIDENCE
     new_bytes = np.where(first, plen, np.clip(nextseq_a - np.maximum(nextseq_b, seq64), 0, None))
     new_bytes = np.minimum(new_bytes, plen)
@@ -311,7 +333,7 @@ def _max_seq_to_be_acked(fo: np.ndarray, s64: np.ndarray, end64: np.ndarray, nsb
     brk = np.flatnonzero(~first_s & (s64 != nsb) & (end64 > nsb))
     if brk.size == 0:
         return m & 0xFFFFFFFF
-    gfirst = np.maximum.accumulate(np.where(first_s, np.arange(n), 0))
+    gfirst = _group_start(first_s)
     k1 = fo.astype(np.int64) * _BIG + (s64 - s64[gfirst] + _HALF)
     order = np.lexsort((np.arange(n), k1))
     ks = k1[order]
@@ -336,11 +358,10 @@ def _ooo_threshold(ts: np.ndarray, fl: np.ndarray, conv: np.ndarray, oc: np.ndar
                    cfirst: np.ndarray) -> np.ndarray:
     """Per packet: the conversation's handshake RTT once known (Wireshark's ooo_thres), else 3 ms."""
     n = ts.shape[0]
-    thres = np.full(n, ws.DEFAULT_OOO_NS, dtype=np.int64)
     tso = ts[oc]
     flo = fl[oc]
     pos = np.arange(n)
-    cstart = np.maximum.accumulate(np.where(cfirst, pos, 0))
+    cstart = _group_start(cfirst)
     is_syn = ((flo & SYN) != 0) & ((flo & ACK) == 0)
     last_syn = np.maximum.accumulate(np.where(is_syn, pos, -1))
     last_syn = np.where(last_syn >= cstart, last_syn, -1)
@@ -348,21 +369,17 @@ def _ooo_threshold(ts: np.ndarray, fl: np.ndarray, conv: np.ndarray, oc: np.ndar
     rtt = np.where(last_syn >= 0, tso - tso[np.maximum(last_syn, 0)], 0)
     cand = np.flatnonzero(pure_ack & (last_syn >= 0) & (rtt != 0))
     if cand.size == 0:
-        return thres
-    cid = conv[oc][cand]
-    _, firsts = np.unique(cid, return_index=True)
+        return np.full(n, ws.DEFAULT_OOO_NS, dtype=np.int64)
+    cid = conv[oc[cand]]
+    firsts = np.r_[True, cid[1:] != cid[:-1]]  # cand is in conversation order
     ks = cand[firsts]  # first usable handshake ACK of each conversation (conv-sorted positions)
-    cends = np.r_[np.flatnonzero(cfirst[1:]) + 1, n]
-    kend = cends[np.searchsorted(cends, ks, side="right")]
-    mark = np.zeros(n + 1, dtype=np.int64)
-    np.add.at(mark, ks + 1, 1)
-    np.add.at(mark, kend, -1)
-    covered = np.cumsum(mark[:n]) > 0
-    val = np.zeros(n + 1, dtype=np.int64)
-    np.add.at(val, ks + 1, rtt[ks])
-    np.add.at(val, kend, -rtt[ks])
-    thres[oc[covered]] = np.cumsum(val[:n])[covered]
-    return thres
+    # the RTT applies to the packets of the conversation after that ACK (in capture order)
+    nconv = int(conv.max()) + 1
+    after = np.full(nconv, n, dtype=np.int64)
+    after[cid[firsts]] = oc[ks]
+    val = np.zeros(nconv, dtype=np.int64)
+    val[cid[firsts]] = rtt[ks]
+    return np.where(np.arange(n) > after[conv], val[conv], np.int64(ws.DEFAULT_OOO_NS))
 
 
 def _exact_dup_recovery(bits: np.ndarray, conv: np.ndarray, side: np.ndarray, ack: np.ndarray) -> np.ndarray:

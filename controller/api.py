@@ -18,6 +18,9 @@ from controller.stats import StatsStore
 
 STATIC_DIR = Path(__file__).with_name("static")
 MAX_QUERY = 2048
+# seconds a client may stall mid-request or idle on a kept-alive connection before the server drops
+# it: without a limit ~1000 stalled clients fill eventlet's connection pool and the API stops answering
+CLIENT_TIMEOUT = 10.0
 
 StartResponse = Callable[[str, list[tuple[str, str]]], Any]
 

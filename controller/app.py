@@ -18,7 +18,7 @@ from os_ken.controller.handler import CONFIG_DISPATCHER, DEAD_DISPATCHER, MAIN_D
 from os_ken.lib import hub
 from os_ken.ofproto import ofproto_v1_3
 
-from controller.api import ApiApp
+from controller.api import CLIENT_TIMEOUT, ApiApp
 from controller.routing import FlowRule, GroupRule, SwitchRules, compute_rules, uplink_of_port
 from controller.stats import StatsStore
 
@@ -46,7 +46,8 @@ class FabricController(app_manager.OSKenApp):
                           phase_file=Path(phase) if phase else None)
         self.listener = CONFIG.get("api_socket") or eventlet.listen(
             (CONFIG.get("api_host", "127.0.0.1"), int(CONFIG.get("api_port", 8080))))
-        self.threads.append(hub.spawn(eventlet.wsgi.server, self.listener, self.api, log_output=False))
+        self.threads.append(hub.spawn(eventlet.wsgi.server, self.listener, self.api, log_output=False,
+                                      socket_timeout=CLIENT_TIMEOUT))
         self.threads.append(hub.spawn(self._poll))
 
     # -- switch life cycle ------------------------------------------------------------------
