@@ -328,7 +328,8 @@ def _gather(buf: np.ndarray, offs: np.ndarray, order: str, linktype: int, l3: in
     return out
 
 
-def _decode(buf: np.ndarray, offs: np.ndarray, order: str, nano: bool, linktype: int) -> dict[str, np.ndarray]:
+def _decode(buf: np.ndarray, offs: np.ndarray, order: str, nano: bool,
+            linktype: int) -> dict[str, np.ndarray]:
     """All header fields of the IPv4 TCP records starting at `offs` (vectorised, see _gather).
 
     Every record is first read with the usual layout (no VLAN tag, 20-byte IP header); the few

@@ -150,7 +150,16 @@ def _ids(p: Packets) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[tuple[int
     b = (p.dst.astype(np.uint64) << np.uint64(16)) | p.dport.astype(np.uint64)
     ends = np.unique(np.concatenate([a, b]))
     ne = np.int64(len(ends))
-    dkeys, flow = _unique_inverse(np.searchsorted(ends, a) * ne + np.searchsorted(ends, b))
+    dk = np.searchsorted(ends, a) * ne + np.searchsorted(ends, b)
+    if ne * ne <= 1 << 22:  # few endpoints: a lookup table instead of sorting the keys
+        seen = np.zeros(int(ne * ne), dtype=bool)
+        seen[dk] = True
+        dkeys = np.flatnonzero(seen)
+        lut = np.empty(seen.shape[0], dtype=np.int64)
+        lut[dkeys] = np.arange(dkeys.shape[0])
+        flow = lut[dk]
+    else:
+        dkeys, flow = _unique_inverse(dk)
     # conversation and side are functions of the direction: work them out once per direction
     fa, fb = dkeys // ne, dkeys % ne
     _ckeys, conv_of = np.unique(np.minimum(fa, fb) * ne + np.maximum(fa, fb), return_inverse=True)
@@ -229,7 +238,9 @@ def analyze(p: Packets, *, exact_fallback: bool = True) -> TcpAnalysis:
         y[o] = x
         return y
     nextseq_b, nextseq_a, nstime_before, prev_same = back(nsb), back(cm), back(nstime_b), back(prev)
-    seq64, first = back(s64), back(first_s)
+    seq64 = back(s64)
+    first = np.zeros(n, dtype=bool)
+    first[o[first_s]] = True
     has_prev = ~first
     prevwin = np.where(has_prev, win[np.maximum(prev_same, 0)], -1)
     prevack = np.where(has_prev, ack[np.maximum(prev_same, 0)], 0)
@@ -242,11 +253,11 @@ def analyze(p: Packets, *, exact_fallback: bool = True) -> TcpAnalysis:
     cfirst[1:] = co[1:] != co[:-1]
     cstart = _group_start(cfirst)
     sd = side[oc]
-    pos = np.arange(n)
-    last0 = np.maximum.accumulate(np.where(sd == 0, pos, -1))
-    last1 = np.maximum.accumulate(np.where(sd == 1, pos, -1))
-    rl = np.where(sd == 0, last1, last0)
-    rl = np.where(rl >= cstart, rl, -1)
+    # the reverse direction's last packet is the one before the current run of this side began
+    chg = np.zeros(n, dtype=bool)
+    chg[1:] = sd[1:] != sd[:-1]
+    run = np.maximum.accumulate(np.where(chg, np.arange(n), 0))
+    rl = np.where(run > cstart, run - 1, -1)
     rev_last = np.empty(n, dtype=np.int64)
     rev_last[oc] = np.where(rl >= 0, oc[np.maximum(rl, 0)], -1)
     has_rev = rev_last >= 0
@@ -354,12 +365,59 @@ def _max_seq_to_be_acked(fo: np.ndarray, s64: np.ndarray, end64: np.ndarray, nsb
     return m & 0xFFFFFFFF
 
 
+_HANDSHAKE_LOOKAHEAD = 8  # packets after a conversation's first SYN searched for the handshake ACK
+
+
 def _ooo_threshold(ts: np.ndarray, fl: np.ndarray, conv: np.ndarray, oc: np.ndarray,
                    cfirst: np.ndarray) -> np.ndarray:
-    """Per packet: the conversation's handshake RTT once known (Wireshark's ooo_thres), else 3 ms."""
+    """Per packet: the conversation's handshake RTT once known (Wireshark's ooo_thres), else 3 ms.
+
+    The RTT is taken at the conversation's first pure ACK that follows a SYN (without ACK) and has
+    another timestamp than the latest such SYN. That ACK is nearly always within a few packets of
+    the first SYN, so only those are looked at; if one conversation's is not, all are computed
+    densely (_handshake_acks_dense).
+    """
+    n = ts.shape[0]
+    flo = fl[oc]
+    syn = np.flatnonzero(((flo & SYN) != 0) & ((flo & ACK) == 0))  # conv-sorted positions
+    if syn.size == 0:
+        return np.full(n, ws.DEFAULT_OOO_NS, dtype=np.int64)
+    sconv = conv[oc[syn]]
+    s0 = syn[np.r_[True, sconv[1:] != sconv[:-1]]]  # first SYN of each conversation with one
+    cend = np.r_[np.flatnonzero(cfirst[1:]) + 1, n]
+    end0 = cend[np.searchsorted(cend, s0, side="right")]
+    q = s0[:, None] + np.arange(1, _HANDSHAKE_LOOKAHEAD + 1)
+    inside = q < end0[:, None]
+    q = np.minimum(q, n - 1)
+    last_syn = syn[np.searchsorted(syn, q, side="right") - 1]  # >= s0: same conversation if inside
+    fq = flo[q]
+    tso_q, tso_s = ts[oc[q]], ts[oc[last_syn]]
+    good = inside & ((fq & (SYN | ACK)) == ACK) & (tso_q != tso_s)
+    found = good.any(axis=1)
+    if not found.all() and (~found & (end0 - s0 > _HANDSHAKE_LOOKAHEAD + 1)).any():
+        ks, rtt = _handshake_acks_dense(ts, flo, oc, cfirst)  # a handshake ACK beyond the lookahead
+    else:
+        first = good.argmax(axis=1)
+        rows = np.flatnonzero(found)
+        ks = q[rows, first[rows]]
+        rtt = (tso_q - tso_s)[rows, first[rows]]
+    if ks.size == 0:
+        return np.full(n, ws.DEFAULT_OOO_NS, dtype=np.int64)
+    # the RTT applies to the packets of the conversation after that ACK (in capture order)
+    cid = conv[oc[ks]]
+    nconv = int(conv.max()) + 1
+    after = np.full(nconv, n, dtype=np.int64)
+    after[cid] = oc[ks]
+    val = np.zeros(nconv, dtype=np.int64)
+    val[cid] = rtt
+    return np.where(np.arange(n) > after[conv], val[conv], np.int64(ws.DEFAULT_OOO_NS))
+
+
+def _handshake_acks_dense(ts: np.ndarray, flo: np.ndarray, oc: np.ndarray,
+                          cfirst: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Conv-sorted position and RTT of each conversation's handshake ACK, over all packets."""
     n = ts.shape[0]
     tso = ts[oc]
-    flo = fl[oc]
     pos = np.arange(n)
     cstart = _group_start(cfirst)
     is_syn = ((flo & SYN) != 0) & ((flo & ACK) == 0)
@@ -368,18 +426,10 @@ def _ooo_threshold(ts: np.ndarray, fl: np.ndarray, conv: np.ndarray, oc: np.ndar
     pure_ack = (flo & (SYN | ACK)) == ACK
     rtt = np.where(last_syn >= 0, tso - tso[np.maximum(last_syn, 0)], 0)
     cand = np.flatnonzero(pure_ack & (last_syn >= 0) & (rtt != 0))
-    if cand.size == 0:
-        return np.full(n, ws.DEFAULT_OOO_NS, dtype=np.int64)
-    cid = conv[oc[cand]]
-    firsts = np.r_[True, cid[1:] != cid[:-1]]  # cand is in conversation order
-    ks = cand[firsts]  # first usable handshake ACK of each conversation (conv-sorted positions)
-    # the RTT applies to the packets of the conversation after that ACK (in capture order)
-    nconv = int(conv.max()) + 1
-    after = np.full(nconv, n, dtype=np.int64)
-    after[cid[firsts]] = oc[ks]
-    val = np.zeros(nconv, dtype=np.int64)
-    val[cid[firsts]] = rtt[ks]
-    return np.where(np.arange(n) > after[conv], val[conv], np.int64(ws.DEFAULT_OOO_NS))
+    cstart_c = cstart[cand]
+    firsts = np.r_[True, cstart_c[1:] != cstart_c[:-1]] if cand.size else np.zeros(0, dtype=bool)
+    ks = cand[firsts]
+    return ks, rtt[ks]
 
 
 def _exact_dup_recovery(bits: np.ndarray, conv: np.ndarray, side: np.ndarray, ack: np.ndarray) -> np.ndarray:

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import struct
 from pathlib import Path
 
+import numpy as np
 import pytest
 
+from analysis import pcapfile
 from analysis.cli import analyze_main
 from analysis.errors import NoTcpError, PcapError, TruncatedPcapError
 from analysis.pcapfile import read_pcap
@@ -116,3 +119,116 @@ def test_no_tcp(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_bad_args_one_line(capsys: pytest.CaptureFixture[str]) -> None:
     assert "required" in _errline(capsys, [])
+
+
+# ---- record offsets: the vectorised guess-and-verify scan must equal the plain walk
+
+
+def _records(rng: np.random.Generator, count: int, *, order: str = "<", t0: int = 1_700_000_000,
+             step: float = 0.01, lures: bool = False) -> bytes:
+    """Records of mixed captured lengths; with lures, payloads that look like record headers."""
+    out = []
+    t = float(t0)
+    for i in range(count):
+        plen = int(rng.choice([0, 0, 10, 100, 1448]))
+        l3 = _ip_tcp(0x0A000002, 0x0A000001, 40000 + i % 3, 5000, int(rng.integers(1 << 32)),
+                     int(rng.integers(1 << 32)), 0x18, 502, plen)
+        frame = b"\x00" * 12 + b"\x08\x00" + l3
+        if lures and plen:  # a fake header: same seconds, small fraction, caplen pointing anywhere
+            fake = struct.pack(order + "IIII", int(t), 5, int(rng.integers(0, 200)), 60)
+            frame = frame[:54] + fake + frame[54 + len(fake):]
+        data = frame[: int(rng.choice([54, 64, 96, 128, 200]))]
+        sec = int(t)
+        out.append(struct.pack(order + "IIII", sec, int((t - sec) * 1e6), len(data), len(frame)) + data)
+        t += step
+    return b"".join(out)
+
+
+def _header(order: str = "<", linktype: int = 1) -> bytes:
+    return struct.pack(order + "IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 65535, linktype)
+
+
+def _both_scans(monkeypatch: pytest.MonkeyPatch, f: Path) -> tuple[object, object]:
+    """read_pcap with the vectorised scan forced, and with the plain walk forced."""
+    out = []
+    for limit in (0, 1 << 62):
+        monkeypatch.setattr(pcapfile, "_VECTOR_SCAN_MIN", limit)
+        try:
+            out.append(read_pcap(f, allow_truncated=True, require_tcp=False))
+        except PcapError as exc:
+            out.append(str(exc))
+    return out[0], out[1]
+
+
+def _same(a: object, b: object) -> None:
+    if isinstance(a, str) or isinstance(b, str):
+        assert a == b
+        return
+    for field in dataclasses.fields(a):
+        x, y = getattr(a, field.name), getattr(b, field.name)
+        if isinstance(x, np.ndarray):
+            assert x.dtype == y.dtype and np.array_equal(x, y), field.name
+        else:
+            assert x == y, field.name
+
+
+@pytest.mark.parametrize("order", ["<", ">"])
+@pytest.mark.parametrize("case", ["mixed", "lures", "slow_clock", "long_gap", "cut_data", "cut_header",
+                                  "corrupt_length", "epoch"])
+def test_vectorised_scan_equals_walk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                     order: str, case: str) -> None:
+    rng = np.random.default_rng(5)
+    body = _records(rng, 3000, order=order, lures=case == "lures",
+                    t0=100 if case == "epoch" else 1_700_000_000)
+    if case == "slow_clock":  # seconds beyond the guess's +-12 days: every record missed
+        body = _records(rng, 3000, order=order, step=3 * 86400.0)
+    if case == "long_gap":  # a jump in the clock: the records after it are reached by single steps
+        body += _records(rng, 2000, order=order, t0=1_700_000_000 + 40 * 86400)
+    if case == "cut_data":
+        body = body[:-7]
+    if case == "cut_header":
+        body += b"\x01\x02\x03"
+    if case == "corrupt_length":
+        body += struct.pack(order + "IIII", 1_700_000_100, 1, 1 << 30, 1 << 30) + b"\x00" * 64
+    f = tmp_path / "m.pcap"
+    f.write_bytes(_header(order) + body)
+    vec, walk = _both_scans(monkeypatch, f)
+    _same(vec, walk)
+    assert not isinstance(vec, str) and vec.records >= 2999
+    assert vec.truncated_at == (None if case in ("mixed", "lures", "slow_clock", "long_gap", "epoch")
+                                else vec.records + 1)
+
+
+def test_vectorised_scan_every_caplen_the_same(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    pkts = [(0x0A000002, 0x0A000001, 40000, 5000, i * 1448, 1, 0x18, 502, 1448, 1_700_000_000 + i // 100,
+             i % 100 * 10_000) for i in range(5000)]
+    f = tmp_path / "u.pcap"
+    write_pcap(f, pkts=pkts, snap=96)
+    vec, walk = _both_scans(monkeypatch, f)
+    _same(vec, walk)
+    assert len(vec) == 5000 and (vec.caplen == 96).all()
+    assert np.array_equal(vec.seq, np.arange(5000, dtype=np.uint32) * 1448)
+
+
+def test_vlan_tags_and_ip_options_mixed_with_plain_records(tmp_path: Path) -> None:
+    """Records with other layouts than Ethernet/20-byte IP are decoded with their own."""
+    rows = []
+    want = []
+    for i in range(40):
+        vlans, opts = i % 3, (i // 3) % 3 * 4  # 0-2 VLAN tags, 0/4/8 bytes of IP options
+        ihl = 5 + opts // 4
+        ip = struct.pack("!BBHHHBBHII", 0x40 | ihl, 0, ihl * 4 + 20 + i, 1, 0x4000, 64, 6, 0,
+                         0x0A000002 + i, 0x0A000001) + b"\x01" * opts
+        tcp = struct.pack("!HHIIBBHHH", 40000 + i, 5000, 1000 * i, 7 * i, 5 << 4, 0x18, 500 + i, 0, 0)
+        eth = b"\x00" * 12 + b"".join((b"\x88\xa8" if v == 0 and vlans == 2 else b"\x81\x00")
+                                      + b"\x00\x05" for v in range(vlans)) + b"\x08\x00"
+        frame = eth + ip + tcp + b"\xab" * i
+        rows.append(struct.pack("<IIII", 100 + i, i, len(frame), len(frame)) + frame)
+        want.append((0x0A000002 + i, 40000 + i, 1000 * i, 7 * i, 500 + i, i))
+    f = tmp_path / "v.pcap"
+    f.write_bytes(_header() + b"".join(rows))
+    p = read_pcap(f)
+    assert len(p) == 40
+    got = list(zip(p.src.tolist(), p.sport.tolist(), p.seq.tolist(), p.ack.tolist(), p.win.tolist(),
+                   p.plen.tolist(), strict=True))
+    assert got == want

@@ -130,3 +130,22 @@ def test_random_traces_agree_with_tshark(tmp_path: Path) -> None:
             ).stdout.split()
             ours = an.packets.frame[(an.bits & bit) != 0].tolist()
             assert sorted(map(int, out)) == ours, field
+
+
+@pytest.mark.parametrize("lookahead", [1, 2, 8])
+def test_handshake_rtt_beyond_the_lookahead(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                           lookahead: int) -> None:
+    """The out-of-order threshold (handshake RTT) is the same whether the handshake ACK is found
+    near the first SYN or by the dense search over all packets."""
+    import analysis.tcp as tcp_mod
+
+    monkeypatch.setattr(tcp_mod, "_HANDSHAKE_LOOKAHEAD", lookahead)
+    rng = np.random.default_rng(3)
+    # SYN retransmissions push the handshake ACK further from the first SYN
+    syns = [pk(0.001 * i, True, 1, 0, 0x02) for i in range(4)]
+    pkts = syns + _random_trace(rng, 300, False)[1:]
+    for trace in (pkts, _random_trace(rng, 300, False)):
+        p = read_pcap(_write(tmp_path, trace))
+        _flow, conv, side, _ = _ids(p)
+        exact = ws.analyze_exact(p.ts_ns, p.seq, p.ack, p.plen, p.flags, p.win, conv, side)
+        assert np.array_equal(analyze(p, exact_fallback=False).bits, exact)

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from controller.api import CLIENT_TIMEOUT
 from controller.launch import ControllerProcess
 from controller.main import parse_args
 from topologies.spec import FabricSpec, build_plan
@@ -352,6 +353,34 @@ def test_slow_clients_do_not_block_others(ctl: ControllerProcess) -> None:
         for s in slow:
             s.close()
     assert_valid_gets(ctl)
+
+
+def test_stalled_clients_are_dropped_after_the_client_timeout(ctl: ControllerProcess) -> None:
+    # without a timeout each stalled client held one of eventlet's 1024 connection slots forever;
+    # ~1000 of them and the API stopped answering anyone
+    stalled = []
+    for data in (b"GET /api/topo", b"GET /api/phase HTTP/1.1\r\nHost: x\r\n", b""):
+        s = socket.create_connection(("127.0.0.1", ctl.api_port), timeout=CLIENT_TIMEOUT + 5)
+        s.sendall(data)
+        stalled.append(s)
+    idle = socket.create_connection(("127.0.0.1", ctl.api_port), timeout=CLIENT_TIMEOUT + 5)
+    idle.sendall(b"GET /api/phase HTTP/1.1\r\nHost: x\r\n\r\n")  # kept alive, then silent
+    assert idle.recv(65536).startswith(b"HTTP/1.1 200")
+    stalled.append(idle)
+    t0 = time.monotonic()
+    try:
+        assert_valid_gets(ctl)
+        for s in stalled:
+            try:
+                assert s.recv(65536) == b"", "a stalled client got an answer"
+            except ConnectionResetError:
+                pass
+            except TimeoutError:
+                pytest.fail(f"a stalled client was not dropped within {CLIENT_TIMEOUT + 5:.0f} s")
+    finally:
+        for s in stalled:
+            s.close()
+    assert CLIENT_TIMEOUT - 1 <= time.monotonic() - t0 <= CLIENT_TIMEOUT + 5
 
 
 def test_many_concurrent_gets(ctl: ControllerProcess) -> None:

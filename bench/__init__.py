@@ -1,0 +1,1 @@
+"""Benchmarks (not tests): they measure and print ratios; nothing here asserts a speed."""
