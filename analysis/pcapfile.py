@@ -137,6 +137,7 @@ def _u32_view(buf: np.ndarray, order: str) -> np.ndarray:
 # offset 24 gives.
 _VECTOR_SCAN_MIN = 1 << 16   # smaller files: the plain walk is as fast
 _SEC_SLACK = 1 << 20
+_SCAN_BLOCK = 1 << 20        # bytes searched per step
 _MAX_SINGLE_STEPS = 512      # this many records in a row missed by the guess: walk the rest
 
 
@@ -200,25 +201,34 @@ def _scan_vectorised(buf: np.ndarray, mv: memoryview, f32: np.ndarray, n: int, o
     last record whose header fits in the file (see the comment above _VECTOR_SCAN_MIN)."""
     last = n - 16
     k = 3 if order == "<" else 0  # the top byte of the seconds
-    hit = buf[24 + k:last + 1 + k] == buf[24 + k]
-    if np.count_nonzero(hit[:1 << 20]) > (1 << 20) // 32:  # e.g. timestamps near 0: no useful guess
+    sample = buf[24 + k:min(last + 1, 24 + (1 << 20)) + k]
+    if np.count_nonzero(sample == buf[24 + k]) > sample.shape[0] // 32:  # e.g. timestamps near 0
         rest: list[int] = []
         off = _walk(mv, order, 24, last, rest)
         pieces.append(np.asarray(rest, dtype=np.int64))
         return off
-    cand = np.flatnonzero(hit)
-    cand += 24
-    hdr = np.ndarray((buf.shape[0] - 15,), dtype="V16", buffer=buf, offset=0, strides=(1,))[cand]
-    hdr = hdr.view(np.dtype({"names": ["sec", "frac", "cap"], "formats": [order + "u4"] * 3,
-                             "offsets": [0, 4, 8], "itemsize": 16}))
-    sec = hdr["sec"]
-    keep = ((hdr["frac"] < (1_000_000_000 if nano else 1_000_000))
-            & ((sec - sec[0] + np.uint32(_SEC_SLACK)) < np.uint32(2 * _SEC_SLACK)))
-    keep[0] = True  # the first record is at 24 whatever it holds
-    cand = cand[keep]
-    nxt = hdr["cap"][keep].astype(np.int64)
-    nxt += cand
-    nxt += 16
+    rows = np.ndarray((buf.shape[0] - 15,), dtype="V16", buffer=buf, offset=0, strides=(1,))
+    hdr_t = np.dtype({"names": ["sec", "frac", "cap"], "formats": [order + "u4"] * 3,
+                      "offsets": [0, 4, 8], "itemsize": 16})
+    sec0 = np.uint32(f32[24])
+    fmax = 1_000_000_000 if nano else 1_000_000
+    cands, nxts = [], []
+    for lo in range(24, last + 1, _SCAN_BLOCK):  # blocks that stay in the CPU cache
+        hi = min(lo + _SCAN_BLOCK, last + 1)
+        c = np.flatnonzero(buf[lo + k:hi + k] == buf[24 + k])
+        c += lo
+        hdr = rows[c].view(hdr_t)
+        keep = hdr["frac"] < fmax
+        keep &= (hdr["sec"] - sec0 + np.uint32(_SEC_SLACK)) < np.uint32(2 * _SEC_SLACK)
+        if lo == 24:
+            keep[0] = True  # the first record is at 24 whatever it holds
+        c = c[keep]
+        nx = hdr["cap"][keep].astype(np.int64)
+        nx += c
+        nx += 16
+        cands.append(c)
+        nxts.append(nx)
+    cand, nxt = np.concatenate(cands), np.concatenate(nxts)
     brk = np.flatnonzero(nxt[:-1] != cand[1:]).tolist()
     brk.append(cand.shape[0] - 1)
     i = 0

@@ -186,7 +186,9 @@ def _group_start(first: np.ndarray) -> np.ndarray:
 
 
 def _lt32(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    return ((a.astype(np.int64) - b.astype(np.int64)) & 0xFFFFFFFF) > 0x7FFFFFFF
+    d = a.astype(np.int64, copy=False) - b.astype(np.int64, copy=False)
+    d &= 0xFFFFFFFF
+    return d > 0x7FFFFFFF
 
 
 def analyze(p: Packets, *, exact_fallback: bool = True) -> TcpAnalysis:
@@ -219,8 +221,9 @@ def analyze(p: Packets, *, exact_fallback: bool = True) -> TcpAnalysis:
     base = sq[gstart]
     s64 = base + cs - cs[gstart]                     # unwrapped sequence numbers
     end64 = s64 + plen[o] + synfin[o]
-    key = fo.astype(np.int64) * _BIG + (end64 - base + _HALF)
-    cm = np.maximum.accumulate(key) - fo.astype(np.int64) * _BIG - _HALF + base  # nextseq after
+    fbig = fo.astype(np.int64, copy=False) * _BIG
+    key = fbig + (end64 - base + _HALF)
+    cm = np.maximum.accumulate(key) - fbig - _HALF + base  # nextseq after
     nsb = np.empty(n, dtype=np.int64)                 # nextseq before (invalid at first)
     nsb[1:] = cm[:-1]
     nsb[first_s] = -1
@@ -279,12 +282,11 @@ def analyze(p: Packets, *, exact_fallback: bool = True) -> TcpAnalysis:
     lost = has_prev & (seq64 > nextseq_b) & ((fl & RST) == 0) & ~zwp
 
     # dup-ACK run length after each packet (reset when the ACK number changes)
-    reset = (ack != prevack)[o]
-    grp = np.cumsum(reset | first_s)
-    dcs = np.cumsum(dup[o].astype(np.int64))
-    gfirst = np.flatnonzero(np.r_[True, grp[1:] != grp[:-1]])
-    before = (dcs - dup[o])[gfirst]
-    dupnum = back(dcs - before[grp - grp[0]] if grp.size else dcs)
+    gfirst = np.flatnonzero((ack != prevack)[o] | first_s)
+    dupo = dup[o].astype(np.int64)
+    dcs = np.cumsum(dupo)
+    before = dcs[gfirst] - dupo[gfirst]
+    dupnum = back(dcs - np.repeat(before, np.diff(np.r_[gfirst, n])))
     rev_dupnum = np.where(has_rev, dupnum[rj], 0)
 
     # ---- maxseqtobeacked, to find ACKs of unseen data (these need the exact path)
