@@ -317,7 +317,8 @@ def _gather(buf: np.ndarray, offs: np.ndarray, order: str, linktype: int, l3: in
     an overlapping view (element i: the bytes from i on) and cut into fields by a structured view.
     Into new arrays, or into `out` at the positions `at`.
     """
-    fields = {k: (order + "u4", 4 * i, np.int64) for i, k in enumerate(("sec", "frac", "cap", "wire"))}
+    fields = {k: (order + "u4", 4 * i, np.uint32 if i < 2 else np.int64)
+              for i, k in enumerate(("sec", "frac", "cap", "wire"))}
     link = _LINK[linktype][1]
     if link is not None:
         fields["link"] = (link[0], 16 + link[1], np.uint32)
@@ -379,8 +380,8 @@ def _decode(buf: np.ndarray, offs: np.ndarray, order: str, nano: bool,
     # TSO/GSO captures carry IP total length 0: fall back to the wire length
     iplen = np.where(total == 0, wire - (l3 - 16), total)
     plen = np.maximum(iplen - ihl - ((toff >> 4).astype(np.int64) * 4), 0)
-    ts_ns = f["sec"] * 1_000_000_000
-    ts_ns += f["frac"] * (1 if nano else 1000)
+    ts_ns = f["sec"].astype(np.int64) * 1_000_000_000
+    ts_ns += f["frac"].astype(np.int64) * (1 if nano else 1000)
     flags = (toff & 1).astype(np.uint16) << 8
     flags |= f["fl"]
     return {"frame": idx + 1, "ts_ns": ts_ns, "src": f["src"], "dst": f["dst"], "sport": f["sport"],

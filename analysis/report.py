@@ -46,6 +46,7 @@ TABLE_COLUMNS: list[tuple[str, str, str]] = [
 BUFFER_KEYS = ("buffer_packets", "queue_packets", "max_queue_size", "queue_len", "buffer")
 PALETTE = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#17becf", "#7f7f7f"]
 DPI = 90
+LOSS_TOL = 1e-4  # time to target: a loss within this (relative) of the target has reached it
 
 
 # ----------------------------------------------------------------------------- data helpers
@@ -216,6 +217,136 @@ def median_interval(ts: list[float]) -> float:
     return statistics.median(gaps) if gaps else 1.0
 
 
+HOST_CAPTURE_KEYS = ("tcp_retransmits_pcap", "tcp_fast_retransmits", "tcp_timeout_retransmits", "dup_acks",
+                     "fabric_drops_pcap")
+CONTROLLER_EVENTS = ("port_down", "port_up", "reroute", "switch_connected", "switch_disconnected")
+EVENT_CLUSTER_S = 0.5  # controller events of one kind closer than this become one marker
+
+
+def _fault_label(f: dict[str, Any]) -> str:
+    """Short label of one faults.jsonl row, e.g. "link-down lf2-eth1 down"."""
+    bits = [str(f.get("kind") or f.get("event") or "fault")]
+    if f.get("target"):
+        bits.append(str(f["target"]))
+    if f.get("state"):
+        bits.append(str(f["state"]))
+    elif f.get("event") and f.get("event") != "fired":
+        bits.append(str(f["event"]))
+    return " ".join(bits)
+
+
+def _event_what(e: dict[str, Any]) -> str:
+    """What one controller event row names: a port, a switch or a link."""
+    if e.get("event") == "reroute":
+        return f"{e.get('link', '?')} {e.get('state', '')}".strip()
+    if e.get("port") is not None and e.get("switch"):
+        return f"{e['switch']}-eth{e['port']}"
+    return str(e.get("switch") or "")
+
+
+def strategy_window(strat: StrategyRun) -> tuple[float | None, float | None]:
+    """The strategy's [start, end]: status.json's times, else the first/last worker step."""
+    recs = [r for rs in strat.workers.values() for r in rs]
+    a = strat.t_start if strat.t_start is not None else min(
+        (float(r["t_start"]) for r in recs if _num(r.get("t_start"))), default=None)
+    b = strat.t_end if strat.t_end is not None else max(
+        (float(r["t_end"]) for r in recs if _num(r.get("t_end"))), default=None)
+    return a, b
+
+
+def fault_marks(strat: StrategyRun, t0: float) -> list[dict[str, Any]]:
+    """Faults (faults.jsonl) and controller events (timeseries.jsonl) inside the strategy, times - t0.
+
+    Controller events of one kind within EVENT_CLUSTER_S of each other are one mark (OVS reports
+    a link going down on both of its ends)."""
+    marks: list[dict[str, Any]] = []
+    for f in strat.faults:
+        marks.append({"t": float(f["t"]) - t0, "abs_t": float(f["t"]), "source": "faults.jsonl",
+                      "kind": str(f.get("kind") or ""), "event": str(f.get("event") or ""),
+                      "label": _fault_label(f), "count": 1})
+    ws, we = strategy_window(strat)
+    evs = [e for e in strat.timeseries if e.get("kind") == "event" and _num(e.get("t"))
+           and e.get("event") in CONTROLLER_EVENTS
+           and (ws is None or e["t"] >= ws) and (we is None or e["t"] <= we)]
+    last: dict[str, dict[str, Any]] = {}
+    for e in sorted(evs, key=lambda e: e["t"]):
+        name, what = str(e["event"]), _event_what(e)
+        m = last.get(name)
+        if m is not None and float(e["t"]) - m["last_t"] <= EVENT_CLUSTER_S:
+            m["count"] += 1
+            m["last_t"] = float(e["t"])
+            if what and what not in m["what"]:
+                m["what"].append(what)
+            continue
+        m = {"t": float(e["t"]) - t0, "abs_t": float(e["t"]), "last_t": float(e["t"]), "source": "controller",
+             "kind": name, "event": name, "what": [what] if what else [], "count": 1}
+        last[name] = m
+        marks.append(m)
+    for m in marks:
+        if m["source"] == "controller":
+            m["label"] = m["kind"] + (" " + ", ".join(m.pop("what")) if m.get("what") else "")
+            m.pop("what", None)
+            m.pop("last_t", None)
+    return sorted(marks, key=lambda m: m["t"])
+
+
+def stats_gaps(strat: StrategyRun, interval: float, t0: float) -> list[dict[str, float]]:
+    """Spans inside the strategy without controller port/queue samples for more than 3 poll intervals."""
+    ts = sorted({float(s["t"]) for s in strat.timeseries
+                 if s.get("kind") in ("port", "queue") and _num(s.get("t"))})
+    ws, we = strategy_window(strat)
+    if not ts or ws is None or we is None or we <= ws:
+        return []
+    inside = [t for t in ts if ws < t < we]
+    before = [t for t in ts if t <= ws]
+    after = [t for t in ts if t >= we]
+    seq = [before[-1] if before else ws] + inside + [after[0] if after else we]
+    out = []
+    for a, b in zip(seq, seq[1:], strict=False):
+        if b - a > 3 * interval:
+            a, b = max(a, ws), min(b, we)  # only the part while the strategy ran
+            if b - a > 3 * interval:
+                out.append({"t0": a - t0, "t1": b - t0, "seconds": b - a})
+    return out
+
+
+def step_position(strat: StrategyRun, t_abs: float) -> float | None:
+    """Fractional step index at wall-clock t_abs (step k starts at its first worker's t_start)."""
+    starts: dict[int, float] = {}
+    end = -math.inf
+    for recs in strat.workers.values():
+        for r in recs:
+            if _num(r.get("t_start")) and isinstance(r.get("step"), int):
+                starts[r["step"]] = min(starts.get(r["step"], math.inf), float(r["t_start"]))
+            if _num(r.get("t_end")):
+                end = max(end, float(r["t_end"]))
+    ks = sorted(starts)
+    if not ks or t_abs < starts[ks[0]] or t_abs > end:
+        return None
+    pts = [(starts[k], float(k)) for k in ks] + [(end, ks[-1] + 1.0)]
+    for (ta, ka), (tb, kb) in zip(pts, pts[1:], strict=False):
+        if ta <= t_abs <= tb:
+            return ka + (kb - ka) * ((t_abs - ta) / (tb - ta) if tb > ta else 0.0)
+    return None
+
+
+def straggler_ranks(config: dict[str, Any]) -> dict[int, str]:
+    """Ranks of the configured stragglers (config stragglers[].host looked up in worker_hosts)."""
+    hosts = config.get("worker_hosts") or []
+    out: dict[int, str] = {}
+    for st in config.get("stragglers") or []:
+        host = st.get("host") if isinstance(st, dict) else st
+        if isinstance(host, str) and host in hosts:
+            out[hosts.index(host)] = host
+        elif isinstance(st, dict) and isinstance(st.get("rank"), int):
+            out[st["rank"]] = str(host or f"rank {st['rank']}")
+    return out
+
+
+def _count_word(n: int, word: str) -> str:
+    return f"{n} {word}" + ("" if n == 1 else "s")
+
+
 # ----------------------------------------------------------------------------- figures
 
 
@@ -256,6 +387,17 @@ class ReportBuilder:
         self.pngs: dict[str, bytes] = {}
         self.captions: dict[str, str] = {}
         self.sections: list[tuple[str, list[str]]] = []
+        self.section_text: dict[str, list[str]] = {}
+        cfg_iv = run.config.get("interval")
+        self.marks: dict[str, list[dict[str, Any]]] = {}
+        self.gaps: dict[str, list[dict[str, float]]] = {}
+        self.interval: dict[str, float] = {}
+        for s in self.present:
+            ts = [float(x["t"]) for x in s.timeseries
+                  if x.get("kind") in ("port", "queue") and _num(x.get("t"))]
+            self.interval[s.name] = float(cfg_iv) if _num(cfg_iv) and cfg_iv > 0 else median_interval(ts)
+            self.marks[s.name] = fault_marks(s, self.t0[s.name])
+            self.gaps[s.name] = stats_gaps(s, self.interval[s.name], self.t0[s.name])
 
     # --------------------------------------------------------------- table and text
 
@@ -263,21 +405,60 @@ class ReportBuilder:
         """Per strategy, summary.json's figures, filled from the raw files where missing."""
         rows: dict[str, dict[str, Any]] = {}
         derived: dict[str, list[str]] = {}
+        unknown: dict[str, list[str]] = {}
         for name, strat in self.run.strategies.items():
             summ = self.run.strategy_summary(name)
             calc = derived_figures(self.run, strat, self.ps_port) if strat.present else {}
             row: dict[str, Any] = {}
             derived[name] = []
+            no_host_cap = self.no_host_captures(name)
             for key, _, _ in TABLE_COLUMNS:
-                if _num(summ.get(key)):
+                if key in HOST_CAPTURE_KEYS and no_host_cap:
+                    row[key] = None  # nothing was captured on the hosts: a 0 here is no measurement
+                    unknown.setdefault(name, []).append(key)
+                elif _num(summ.get(key)):
                     row[key] = summ[key]
+                elif key in summ:  # summary.json says null: unknown, not to be derived as 0
+                    row[key] = None
+                    unknown.setdefault(name, []).append(key)
                 elif key in calc:
                     row[key] = calc[key]
                     derived[name].append(key)
                 else:
                     row[key] = None
             rows[name] = row
-        return {"columns": [k for k, _, _ in TABLE_COLUMNS], "rows": rows, "derived": derived}
+        return {"columns": [k for k, _, _ in TABLE_COLUMNS], "rows": rows, "derived": derived,
+                "unknown": unknown}
+
+    def no_host_captures(self, name: str) -> bool:
+        """True when no host was captured (capture "none" or "ps-port", or summary captures 0)."""
+        cfg_cap = self.run.config.get("capture")
+        if cfg_cap in ("none", "ps-port", False):
+            return True
+        summ = self.run.strategy_summary(name)
+        if _num(summ.get("captures")) and summ["captures"] == 0:
+            return True
+        points = (self.run.strategies[name].capture or {}).get("points")
+        if isinstance(points, list) and points and "captures" in summ:
+            return not any(isinstance(p, dict) and re.fullmatch(r"h\d+", str(p.get("name"))) for p in points)
+        return False
+
+    def table_notes(self, table: dict[str, Any]) -> list[str]:
+        """Why cells are "–": no host captures, or summary.json null."""
+        heads = {k: h for k, h, _ in TABLE_COLUMNS}
+        nocap = [n for n in table["rows"] if self.run.strategies[n].present and self.no_host_captures(n)]
+        out = []
+        if nocap:
+            cols = ", ".join(heads[k] for k in HOST_CAPTURE_KEYS)
+            out.append(f"– in {cols}: no host captures ({', '.join(nocap)}; capture="
+                       f"{self.run.config.get('capture', '?')}); these need captures on the hosts.")
+        other = {n: [heads[k] for k in ks if k not in HOST_CAPTURE_KEYS or n not in nocap]
+                 for n, ks in table.get("unknown", {}).items()}
+        other = {n: v for n, v in other.items() if v}
+        if other:
+            out.append("– where summary.json holds null: " + "; ".join(f"{n}: {', '.join(v)}"
+                                                                      for n, v in other.items()) + ".")
+        return out
 
     def warnings(self) -> list[str]:
         """Visible warnings: incomplete run, incomplete capture, damaged files."""
@@ -374,10 +555,72 @@ class ReportBuilder:
         if util:
             us = ", ".join(f"{n} {statistics.fmean(v.values()) * 100:.0f} %"
                            for n, v in util["busy_share"].items() if v)
-            out.append(f"Mean worker utilisation (compute share of wall time): {us}.")
+            out.append(f"Mean worker utilisation (compute share of each worker's active time): {us}.")
+        out += self.section_text.get("Stragglers and convergence", [])
+        out += self.fault_findings()
+        return out
+
+    def fault_findings(self) -> list[str]:
+        """One sentence per strategy with faults, events or missing controller statistics."""
+        out = []
+        for s in self.present:
+            faults = [m for m in self.marks.get(s.name, []) if m["source"] == "faults.jsonl"]
+            events = [m for m in self.marks.get(s.name, []) if m["source"] == "controller"]
+            gaps = self.gaps.get(s.name, [])
+            if not (faults or events or gaps):
+                continue
+            parts = []
+            if faults:
+                parts.append(f"{_count_word(len(faults), 'fault action')} ("
+                             + ", ".join(f"{m['label']} at {m['t']:.2f} s" for m in faults) + ")")
+            if events:
+                parts.append(f"{_count_word(sum(m['count'] for m in events), 'controller event')} ("
+                             + ", ".join(f"{m['kind']} at {m['t']:.2f} s" for m in events) + ")")
+            for g in gaps:
+                parts.append(f"controller statistics missing for {g['seconds']:.1f} s "
+                             f"({g['t0']:.2f}-{g['t1']:.2f} s)")
+            out.append(f"{s.name} faults and events: " + "; ".join(parts) + ".")
         return out
 
     # --------------------------------------------------------------- figures
+
+    def _draw_marks(self, ax: Any, names: list[str], to_x: Callable[[str, dict[str, Any]], float | None]
+                    | None = None, gaps: bool = False) -> dict[str, list[float]]:
+        """Vertical lines + short labels for the faults/events of `names`; shaded controller gaps.
+
+        to_x maps a mark to the axis's x (default: its time since the strategy start); returns the
+        x of every mark drawn, per strategy, so tests can compare them with the files."""
+        drawn: dict[str, list[float]] = {}
+        tr = ax.get_xaxis_transform()
+        several = sum(1 for n in names if self.marks.get(n) or (gaps and self.gaps.get(n))) > 1
+        lo, hi = ax.get_xlim()
+        near = 0.015 * (hi - lo)  # labels closer than this would print over each other
+        labelled: list[float] = []
+        for n in names:
+            drawn[n] = []
+            pre = f"{n}: " if several else ""
+            # faults first, so their labels win over the controller's echo of the same change
+            for m in sorted(self.marks.get(n, []), key=lambda m: m["source"] != "faults.jsonl"):
+                x = to_x(n, m) if to_x else m["t"]
+                if x is None:
+                    continue
+                drawn[n].append(x)
+                fault = m["source"] == "faults.jsonl"
+                ax.axvline(x, color="#c00000" if fault else "#666", ls="--" if fault else ":",
+                           lw=1.1 if fault else 0.8, zorder=1)
+                if any(abs(x - y) < near for y in labelled):
+                    continue
+                labelled.append(x)
+                short = m["label"] if fault else m["kind"] + (f" x{m['count']}" if m["count"] > 1 else "")
+                ax.text(x, 0.98, " " + pre + short, transform=tr, rotation=90, ha="right", va="top",
+                        fontsize=6.5, color="#c00000" if fault else "#555", clip_on=True)
+            drawn[n].sort()
+            if gaps:
+                for g in self.gaps.get(n, []):
+                    ax.axvspan(g["t0"], g["t1"], color="#999", alpha=0.25, lw=0, zorder=0)
+                    ax.text((g["t0"] + g["t1"]) / 2, 0.5, f"{pre}no statistics\n{g['seconds']:.1f} s",
+                            transform=tr, ha="center", va="center", fontsize=7, color="#444")
+        return drawn
 
     def _add(self, key: str, section: str, caption: str, fig: Figure, data: dict[str, Any]) -> None:
         """Save one figure and remember its data and caption."""
@@ -402,6 +645,12 @@ class ReportBuilder:
             data[s.name] = {"steps": steps, "seconds": secs}
             if steps:
                 ax.plot(steps, secs, marker="o", label=s.name, color=self.colors[s.name])
+
+        def at_step(n: str, m: dict[str, Any]) -> float | None:
+            pos = step_position(self.run.strategies[n], m["abs_t"])
+            return None if pos is None else pos - 0.5  # step k's point covers [k - 0.5, k + 0.5]
+
+        data["fault_steps"] = self._draw_marks(ax, [s.name for s in self.present], at_step)
         ax.set_xlabel("step")
         ax.set_ylabel("iteration time (s)")
         ax.set_title("Iteration time per step (max over workers of t_end - t_start)")
@@ -410,7 +659,9 @@ class ReportBuilder:
             ax.legend()
         else:
             _note(ax, "no worker step logs")
-        self._add("iter_time", "Iteration time", "Iteration time per step, per strategy.", fig, data)
+        self._add("iter_time", "Iteration time", "Iteration time per step, per strategy; red dashed: "
+                  "faults, grey dotted: controller events, placed at the step running at that time.",
+                  fig, data)
 
     def fig_queue(self) -> None:
         """PS-port backlog over time with the buffer limit: shows the incast filling the queue."""
@@ -433,12 +684,13 @@ class ReportBuilder:
                 _note(ax, f"{s.name}: no queue_depth.jsonl samples")
             if limit is not None:
                 ax.axhline(limit, color="k", ls="--", lw=0.8, label=f"buffer {limit:g} pkts")
+            data.setdefault("marks", {}).update(self._draw_marks(ax, [s.name]))
             ax.set_ylabel("packets")
             ax.set_title(f"{s.name}: {self.ps_port or 'PS port'} queue occupancy", fontsize=10)
             ax.legend(loc="upper right", fontsize=8)
         axes[-1][0].set_xlabel("time since strategy start (s)")
         self._add("queue_occupancy", "PS-port queue", "PS-port qdisc backlog (packets) per strategy; "
-                  "dashed: configured buffer.", fig, data)
+                  "dashed: configured buffer; red: faults; grey dotted: controller events.", fig, data)
 
     def fig_drops_retx(self) -> None:
         """Drops/s (PS port and whole fabric) and retransmissions/s over time."""
@@ -479,6 +731,10 @@ class ReportBuilder:
                 ax_r.step(entry["retx_t"], entry["retx_per_s"], where="post", color=c, label=s.name)
                 any_r = True
             data["strategies"][s.name] = entry
+        names = [s.name for s in self.present]
+        data["marks"] = self._draw_marks(ax_d, names, gaps=True)
+        self._draw_marks(ax_r, names, gaps=True)
+        data["gaps"] = {n: self.gaps.get(n, []) for n in names}
         ax_d.set_ylabel("drops / s")
         ax_d.set_title("Queue drops per second (solid: PS port, dashed: whole fabric)", fontsize=10)
         ax_r.set_ylabel("retransmissions / s")
@@ -499,7 +755,7 @@ class ReportBuilder:
         data["retx_missing"] = missing
         self._add("drops_retransmits", "Drops and retransmissions",
                   "Drops per second from the controller's queue samples; retransmissions per second "
-                  "from retransmits_timeline.json.", fig, data)
+                  "from retransmits_timeline.json; shaded: no controller statistics; red: faults.", fig, data)
 
     def fig_link_heatmap(self) -> None:
         """Bytes per link per strategy: PS concentrates on one port, the ring spreads."""
@@ -555,10 +811,16 @@ class ReportBuilder:
             if t:
                 ax.plot(t, mbps, color=self.colors[s.name], label=f"{s.name} ({src})",
                         ls="-" if gt else "--")
+        names = [s.name for s in self.present]
+        ctrl = [n for n in names if data[n]["source"].startswith("tx_bps")]
+        marks = self._draw_marks(ax, names)
+        self._draw_marks(ax, ctrl, to_x=lambda n, m: None, gaps=True)  # gaps only where curves are samples
+        has = any(data[n]["t"] for n in names)
+        data["marks"] = marks
         ax.set_xlabel("time since strategy start (s)")
         ax.set_ylabel("Mbit/s")
         ax.set_title("Goodput", fontsize=10)
-        if any(d["t"] for d in data.values()):
+        if has:
             ax.legend(fontsize=8)
         else:
             _note(ax, "no goodput_timeline.json and no PS-port samples")
@@ -575,56 +837,179 @@ class ReportBuilder:
         return any(_num(r.get("wait_s")) and r["wait_s"] > 0
                    for s in self.present for recs in s.workers.values() for r in recs)
 
+    def ssp_backup_text(self) -> list[str]:
+        """ssp's largest step gap against the bound s, backup's discarded updates against b."""
+        cfg = self.run.config
+        out: list[str] = []
+        data: dict[str, Any] = {}
+        for s in self.present:
+            summ = self.run.strategy_summary(s.name)
+            if s.name == "ssp":
+                gaps = [int(e["gap"]) for e in s.ps_events
+                        if e.get("event") == "release" and _num(e.get("gap"))]
+                gap, src = (summ["ssp_max_gap"], "summary.json") if _num(summ.get("ssp_max_gap")) else \
+                    ((max(gaps), "ps.jsonl release events") if gaps else (None, None))
+                bound = cfg.get("staleness")
+                data["ssp"] = {"max_gap": gap, "source": src, "bound": bound}
+                if gap is None:
+                    out.append("ssp: no step gap recorded (no ssp_max_gap in summary.json, no release "
+                               "events in ps.jsonl).")
+                    continue
+                t = (f"ssp: the fastest worker was at most {_count_word(int(gap), 'step')} ahead of the "
+                     f"slowest")
+                if _num(bound):
+                    t += f" (bound s={bound:g})"
+                    t += "" if gap <= bound else f"; this EXCEEDS the bound by {gap - bound:g}"
+                out.append(t + f" [{src}].")
+            if s.name == "backup":
+                per = summ.get("discarded_per_step")
+                src = "summary.json"
+                if not (isinstance(per, list) and per and all(_num(v) for v in per)):
+                    steps = [e for e in s.ps_events if e.get("event") == "step"
+                             and isinstance(e.get("discarded"), list)]
+                    per = [len(e["discarded"]) for e in sorted(steps, key=lambda e: e.get("step", 0))]
+                    src = "ps.jsonl step events"
+                total = summ.get("updates_discarded")
+                if not _num(total):
+                    total = sum(1 for e in s.ps_events
+                                if e.get("event") == "update" and e.get("applied") is False)
+                    total = total or (sum(per) if per else None)
+                b = cfg.get("backup")
+                data["backup"] = {"discarded_per_step": per, "updates_discarded": total, "b": b,
+                                  "source": src}
+                bs = f" (b={b:g})" if _num(b) else ""
+                if per and min(per) == max(per):
+                    t = f"backup discarded exactly {_count_word(int(per[0]), 'update')} per step{bs}"
+                elif per:
+                    t = (f"backup discarded {min(per)}-{max(per)} updates per step (mean "
+                         f"{statistics.fmean(per):.2f}){bs}")
+                else:
+                    t = f"backup: no per-step discard record{bs}"
+                if _num(total):
+                    t += f", {_fmt_int(total)} in total" + (f" over {len(per)} steps" if per else "")
+                out.append(t + f" [{src}].")
+        self.figures["straggler_checks"] = data
+        return out
+
     def fig_stragglers(self, table: dict[str, Any]) -> None:
         """Utilisation per worker, staleness histograms, loss vs step / wall-clock and time to target."""
         section = "Stragglers and convergence"
-        # utilisation
+        cfg = self.run.config
+        slow = straggler_ranks(cfg)
+        texts: list[str] = []
+        # utilisation: summary's busy share of each worker's own active time, else the worker logs
         busy: dict[str, dict[int, float]] = {}
+        usrc: dict[str, str] = {}
         for s in self.present:
+            ub = self.run.strategy_summary(s.name).get("utilisation_by_worker")
+            if isinstance(ub, dict) and ub and all(_num(v) for v in ub.values()):
+                busy[s.name] = {int(k): float(v) for k, v in sorted(ub.items(), key=lambda kv: int(kv[0]))}
+                usrc[s.name] = "summary.json utilisation_by_worker"
+                continue
             busy[s.name] = {}
+            usrc[s.name] = "worker logs"
             for rank, recs in sorted(s.workers.items()):
                 rs = [r for r in recs if _num(r.get("t_start")) and _num(r.get("t_end"))]
                 wall = max((r["t_end"] for r in rs), default=0) - min((r["t_start"] for r in rs), default=0)
                 comp = sum(float(r.get("compute_s", 0) or 0) for r in rs)
                 if wall > 0:
                     busy[s.name][rank] = comp / wall
-        fig, ax = _canvas(7, 3.2)
+        fig, ax = _canvas(8, 3.4)
         ax = ax[0][0]
         width = 0.8 / max(1, len(busy))
         for j, (name, ranks) in enumerate(busy.items()):
-            xs = [r + j * width for r in ranks]
-            ax.bar(xs, [v * 100 for v in ranks.values()], width=width, color=self.colors[name], label=name)
-        ax.set_xlabel("worker rank")
-        ax.set_ylabel("busy (% of wall time)")
-        ax.set_title("Worker utilisation: compute_s share of the worker's wall time", fontsize=10)
-        ax.set_ylim(0, 100)
-        ax.legend(fontsize=8)
-        self._add("utilisation", section, "Utilisation per worker per strategy.", fig,
-                  {"busy_share": busy})
-        # staleness
-        stale: dict[str, list[float]] = {}
+            xs = [r - 0.4 + (j + 0.5) * width for r in ranks]
+            ax.bar(xs, [v * 100 for v in ranks.values()], width=width, color=self.colors[name], label=name,
+                   hatch=["//" if r in slow else "" for r in ranks],
+                   edgecolor=["k" if r in slow else self.colors[name] for r in ranks], linewidth=0.6)
+        for r, host in slow.items():
+            top = max((v.get(r, 0.0) for v in busy.values()), default=0.0) * 100
+            ax.annotate(f"straggler {host}", (r, top), xytext=(0, 3), textcoords="offset points",
+                        ha="center", va="bottom", fontsize=8)
+        all_ranks = sorted({r for v in busy.values() for r in v})
+        ax.set_xticks(all_ranks, [f"{r}*" if r in slow else str(r) for r in all_ranks])
+        ax.set_xlabel("worker rank (* = straggler, hatched)" if slow else "worker rank")
+        ax.set_ylabel("busy (% of own active time)")
+        ax.set_title("Worker utilisation: compute share of each worker's own active time", fontsize=10)
+        ax.set_ylim(0, 118)
+        ax.legend(fontsize=8, ncols=min(5, max(1, len(busy))), loc="upper right")
+        self._add("utilisation", section, "Utilisation per worker per strategy (hatched: the configured "
+                  "straggler).", fig, {"busy_share": busy, "source": usrc, "stragglers": slow})
+        if slow:
+            desc = []
+            for st in cfg.get("stragglers") or []:
+                if isinstance(st, dict):
+                    knobs = [f"{k}={st[k]}" for k in ("cpu", "compute_factor", "slow_every", "slow_factor",
+                                                      "link_mbit") if st.get(k) is not None]
+                    desc.append(f"{st.get('host')}" + (f" ({', '.join(knobs)})" if knobs else ""))
+            who = ", ".join(f"rank {r} ({h})" for r, h in slow.items())
+            texts.append(f"Straggler: worker {who}; configured as {'; '.join(desc)}.")
+            fast_mean: dict[str, float] = {}
+            slow_mean: dict[str, float] = {}
+            for n, v in busy.items():
+                f = [u for r, u in v.items() if r not in slow]
+                w = [u for r, u in v.items() if r in slow]
+                if f and w:
+                    fast_mean[n], slow_mean[n] = statistics.fmean(f), statistics.fmean(w)
+            if fast_mean:
+                waits = [n for n in fast_mean if fast_mean[n] < 0.5 * slow_mean[n]]
+                free = [n for n in fast_mean if n not in waits]
+                us = ", ".join(f"{n} {fast_mean[n] * 100:.0f} % (straggler {slow_mean[n] * 100:.0f} %)"
+                               for n in fast_mean)
+                t = f"Fast workers' mean utilisation: {us}."
+                if waits:
+                    t += (f" {', '.join(waits)} wait{'s' if len(waits) == 1 else ''} on the straggler: "
+                          "the fast workers are busy less than half as much as it is")
+                    t += f"; {', '.join(free)} do{'es' if len(free) == 1 else ''} not." if free else "."
+                elif free:
+                    t += f" No strategy waits on the straggler ({', '.join(free)})."
+                texts.append(t)
+        # staleness: summary histograms, else ps.jsonl's applied updates
+        stale_hist: dict[str, dict[int, int]] = {}
+        ssrc: dict[str, str] = {}
         for s in self.present:
-            vals = [float(e["staleness"]) for e in s.ps_events
-                    if (e.get("event") == "update" or e.get("type") == "update") and _num(e.get("staleness"))]
+            sh = self.run.strategy_summary(s.name).get("staleness_histogram")
+            if isinstance(sh, dict) and sh and all(_num(v) for v in sh.values()):
+                stale_hist[s.name] = {int(k): int(v) for k, v in sh.items()}
+                ssrc[s.name] = "summary.json"
+                continue
+            vals = [round(float(e["staleness"])) for e in s.ps_events
+                    if (e.get("event") == "update" or e.get("type") == "update") and _num(e.get("staleness"))
+                    and e.get("applied") is not False]
             if vals:
-                stale[s.name] = vals
-        if stale:
-            fig, ax = _canvas(7, 3.2)
+                stale_hist[s.name] = {k: vals.count(k) for k in sorted(set(vals))}
+                ssrc[s.name] = "ps.jsonl"
+        if stale_hist:
+            fig, ax = _canvas(8, 3.2)
             ax = ax[0][0]
-            top = int(max(max(v) for v in stale.values()))
+            top = max(max(h) for h in stale_hist.values())
             hist: dict[str, dict[str, Any]] = {}
-            width = 0.8 / len(stale)
-            for j, (name, vals) in enumerate(stale.items()):
-                counts = [sum(1 for v in vals if round(v) == k) for k in range(top + 1)]
-                hist[name] = {"staleness": list(range(top + 1)), "counts": counts}
+            width = 0.8 / len(stale_hist)
+            for j, (name, h) in enumerate(stale_hist.items()):
+                counts = [h.get(k, 0) for k in range(top + 1)]
+                hist[name] = {"staleness": list(range(top + 1)), "counts": counts, "source": ssrc[name]}
                 ax.bar([k - 0.4 + (j + 0.5) * width for k in range(top + 1)], counts, width=width,
                        color=self.colors[name], label=name)
-            ax.set_xticks(range(top + 1))
+            step = max(1, math.ceil((top + 1) / 30))
+            ax.set_xticks(range(0, top + 1, step))
             ax.set_xlabel("staleness (updates since the worker's model version)")
-            ax.set_ylabel("updates")
-            ax.set_title("Staleness of parameter-server updates (ps.jsonl)", fontsize=10)
+            ax.set_ylabel("applied updates")
+            ax.set_title("Staleness of applied parameter-server updates", fontsize=10)
             ax.legend(fontsize=8)
-            self._add("staleness", section, "Histogram of update staleness per strategy.", fig, hist)
+            self._add("staleness", section, "Histogram of update staleness per strategy (summary.json "
+                      "staleness_histogram, else ps.jsonl).", fig, hist)
+            for n in ("async",):
+                if n in hist:
+                    c = hist[n]["counts"]
+                    total, nonzero = sum(c), sum(c[1:])
+                    mean = sum(k * v for k, v in enumerate(c)) / total if total else 0.0
+                    top_n = max((k for k, v in enumerate(c) if v), default=0)
+                    u = busy.get(n)
+                    us = f"mean utilisation {statistics.fmean(u.values()) * 100:.0f} %, " if u else ""
+                    texts.append(f"async: {us}{nonzero} of {total} applied updates were stale "
+                                 f"(staleness > 0; mean {mean:.2f}, max {top_n}).")
+        texts += self.ssp_backup_text()
+        self.section_text[section] = texts
         # loss and time to target
         cfg_target = self.run.config.get("target_loss")
         finals = {n: r["final_loss"] for n, r in table["rows"].items() if _num(r.get("final_loss"))}
@@ -645,7 +1030,7 @@ class ReportBuilder:
             ax_s.plot(steps, mean, marker=".", color=self.colors[s.name], label=s.name)
             ax_t.plot(tend, mean, marker=".", color=self.colors[s.name], label=s.name)
             if target is not None:
-                tol = max(1e-6, 1e-6 * abs(target))  # summary losses are rounded
+                tol = LOSS_TOL * max(1.0, abs(target))  # summary losses are rounded to 5 decimals
                 hit = next((t for t, v in zip(tend, mean, strict=True) if v <= target + tol), None)
                 ttt[s.name] = hit
                 if hit is not None:
@@ -690,6 +1075,41 @@ class ReportBuilder:
             lines.append(f"| {n} | {self.run.strategies[n].state} | " + " | ".join(vals) + " |")
         return "\n".join(lines)
 
+    def render_faults(self) -> tuple[list[str], list[str]]:
+        """The "Faults and events" section (HTML, Markdown): every mark and controller gap, per strategy."""
+        rows: list[tuple[str, float, str, str]] = []
+        gaps: list[str] = []
+        for s in self.present:
+            for m in self.marks.get(s.name, []):
+                what = m["label"] + (f" (x{m['count']})" if m["count"] > 1 else "")
+                rows.append((s.name, m["t"], m["source"], what))
+            for g in self.gaps.get(s.name, []):
+                gaps.append(f"{s.name}: controller statistics missing for {g['seconds']:.1f} s "
+                            f"({g['t0']:.2f} s to {g['t1']:.2f} s; poll interval "
+                            f"{self.interval[s.name]:g} s), shaded as \"no statistics\" in the timelines.")
+        self.figures["faults"] = {
+            s.name: {"marks": self.marks.get(s.name, []), "gaps": self.gaps.get(s.name, []),
+                     "interval": self.interval.get(s.name)} for s in self.present}
+        if not rows and not gaps:
+            return [], []
+        origin = ("Times are seconds since the strategy start (its first worker step), the origin of "
+                  "every timeline. Faults from faults.jsonl; controller events (port_down/port_up/"
+                  f"reroute/switch_(dis)connected) from timeseries.jsonl, those within {EVENT_CLUSTER_S:g} s "
+                  "of the same kind merged.")
+        h = ["<h2>Faults and events</h2>", f"<p class='note'>{html.escape(origin)}</p>"]
+        md = ["", "## Faults and events", "", origin, ""]
+        if gaps:
+            h.append("<ul>" + "".join(f"<li>{html.escape(g)}</li>" for g in gaps) + "</ul>")
+            md += [f"- {g}" for g in gaps] + [""]
+        if rows:
+            body = "".join(f"<tr><th>{html.escape(n)}</th><td>{t:.2f}</td><td>{html.escape(src)}</td>"
+                           f"<td style='text-align:left'>{html.escape(w)}</td></tr>" for n, t, src, w in rows)
+            h.append("<table class='small'><thead><tr><th>strategy</th><th>t (s)</th><th>source</th>"
+                     f"<th>what</th></tr></thead><tbody>{body}</tbody></table>")
+            md += ["| strategy | t (s) | source | what |", "|---|---:|---|---|"]
+            md += [f"| {n} | {t:.2f} | {src} | {w} |" for n, t, src, w in rows]
+        return h, md
+
     def header_facts(self) -> list[str]:
         """One line of run parameters for the top of the report."""
         cfg = self.run.config
@@ -713,14 +1133,22 @@ class ReportBuilder:
         h += [f"<div class='warning'>&#9888; {html.escape(w)}</div>" for w in warnings]
         h.append("<h2>Findings</h2><ul>" + "".join(f"<li>{html.escape(t)}</li>" for t in text) + "</ul>")
         h.append(f"<h2>Comparison</h2><div class='scroll'>{self.render_table_html(table)}</div>")
-        h.append(f"<p class='note'>{html.escape(foot)}</p>")
+        notes = self.table_notes(table)
+        h += [f"<p class='note'>{html.escape(x)}</p>" for x in [foot] + notes]
         md: list[str] = [f"# {title} ({status})", "", ", ".join(self.header_facts()), ""]
         md += [f"> **WARNING:** {w}" for w in warnings]
         md += ["", "## Findings", ""] + [f"- {t}" for t in text]
-        md += ["", "## Comparison", "", self.render_table_md(table), "", foot]
+        md += ["", "## Comparison", "", self.render_table_md(table), "", foot] + [f"\n{x}" for x in notes]
+        fh, fmd = self.render_faults()
+        h += fh
+        md += fmd
         for section, keys in self.sections:
             h.append(f"<h2>{html.escape(section)}</h2>")
             md += ["", f"## {section}", ""]
+            if self.section_text.get(section):
+                h.append("<ul>" + "".join(f"<li>{html.escape(t)}</li>" for t in self.section_text[section])
+                         + "</ul>")
+                md += [f"- {t}" for t in self.section_text[section]] + [""]
             for k in keys:
                 b64 = base64.b64encode(self.pngs[k]).decode("ascii")
                 cap = html.escape(self.captions[k])
@@ -780,13 +1208,13 @@ figure{margin:1em 0}figure img{max-width:100%;height:auto}figcaption{color:#555;
 
 def _fmt_int(v: Any) -> str:
     """An integer-valued count without decimals."""
-    return f"{int(round(float(v)))}" if _num(v) else "-"
+    return f"{int(round(float(v)))}" if _num(v) else "–"
 
 
 def _fmt(v: Any, kind: str) -> str:
     """Table cell text for one figure."""
     if not _num(v):
-        return "-"
+        return "–"
     if kind == "int":
         return _fmt_int(v)
     if kind == "s":

@@ -41,6 +41,9 @@ class StrategyRun:
     hosts: dict[str, Any] | None = None
     retransmits_timeline: dict[str, Any] | None = None
     goodput_timeline: dict[str, Any] | None = None
+    faults: list[dict[str, Any]] = field(default_factory=list)
+    t_start: float | None = None
+    t_end: float | None = None
     problems: list[str] = field(default_factory=list)
 
     @property
@@ -187,6 +190,8 @@ def load_strategy(path: Path, name: str) -> StrategyRun:
         strat.state = str(status.get("state") or "incomplete")
         err = status.get("error")
         strat.error = str(err) if err else None
+        strat.t_start = float(status["t_start"]) if _num(status.get("t_start")) else None
+        strat.t_end = float(status["t_end"]) if _num(status.get("t_end")) else None
     for wpath in sorted(path.glob("worker-*.jsonl")):
         m = _WORKER_RE.match(wpath.name)
         if not m:
@@ -202,12 +207,13 @@ def load_strategy(path: Path, name: str) -> StrategyRun:
     if not strat.workers:
         probs.append(f"{name}/: no worker logs")
     for attr, fname in (("ps_events", "ps.jsonl"), ("timeseries", "timeseries.jsonl"),
-                        ("queue_depth", "queue_depth.jsonl")):
+                        ("queue_depth", "queue_depth.jsonl"), ("faults", "faults.jsonl")):
         recs, p = read_jsonl(path / fname)
         probs.extend(p)
         setattr(strat, attr, recs)
     strat.queue_depth.sort(key=lambda r: r.get("t", 0))
     strat.timeseries.sort(key=lambda r: r.get("t", 0))
+    strat.faults = sorted((f for f in strat.faults if _num(f.get("t"))), key=lambda f: f["t"])
     strat.capture = read_json(path / "capture.json", probs, f"{name}/capture.json")
     strat.hosts = read_json(path / "hosts.json", probs, f"{name}/hosts.json")
     strat.retransmits_timeline = _timeline(path / "retransmits_timeline.json", "counts", probs, name)

@@ -46,7 +46,15 @@ def worker_figures(sdir: Path) -> dict[str, Any]:
     t0 = min(r["t_start"] for rows in per_step.values() for r in rows)
     t1 = max(r["t_end"] for rows in per_step.values() for r in rows)
     samples = sum(r.get("samples", 0) for rows in per_step.values() for r in rows)
-    busy = sum(compute) / (workers * (t1 - t0)) if t1 > t0 and workers else 0.0
+    # busy share of each worker's own time: an async worker that finishes early is not idle after
+    by_rank: dict[int, list[dict[str, Any]]] = {}
+    for rows in per_step.values():
+        for r in rows:
+            by_rank.setdefault(int(r["rank"]), []).append(r)
+    util = {}
+    for rank, rows in sorted(by_rank.items()):
+        span = max(r["t_end"] for r in rows) - min(r["t_start"] for r in rows)
+        util[str(rank)] = round(sum(r["compute_s"] for r in rows) / span, 4) if span > 0 else 0.0
     return {
         "workers": workers,
         "steps": len(per_step),
@@ -58,7 +66,8 @@ def worker_figures(sdir: Path) -> dict[str, Any]:
         "first_loss": round(statistics.fmean(r["loss"] for r in per_step[min(per_step)]), 5),
         "wall_time_s": round(t1 - t0, 3),
         "throughput": round(samples / (t1 - t0), 2) if t1 > t0 else 0.0,
-        "utilisation": round(busy, 4),
+        "utilisation": round(statistics.fmean(util.values()), 4) if util else 0.0,
+        "utilisation_by_worker": util,
         "bytes_sent": sum(r.get("bytes_sent", 0) for rows in per_step.values() for r in rows),
     }
 
@@ -125,8 +134,12 @@ def pcap_figures(sdir: Path, plan: dict[str, Any], bin_s: float = 0.1) -> dict[s
                            "drops_on_path_to_ps_pcap": 0,
                            "capture_complete": bool(cap.get("complete", False)),
                            "captures": len(points)}
-    if not points:
-        out["capture_complete"] = False
+    if not any(name != "ps-port" for name in points):
+        # without host captures there is nothing to count retransmissions on: say so, not 0
+        for key in ("tcp_retransmits_pcap", "tcp_fast_retransmits", "tcp_timeout_retransmits", "dup_acks",
+                    "out_of_order", "zero_window", "fabric_drops_pcap", "drops_on_path_to_ps_pcap"):
+            out[key] = None
+        out["capture_complete"] = bool(points) and out["capture_complete"]
         return out
     hosts: dict[str, Any] = {}
     rtx_times: list[np.ndarray] = []
@@ -204,7 +217,9 @@ def ps_figures(sdir: Path) -> dict[str, Any]:
     for s in stale:
         hist[str(s)] = hist.get(str(s), 0) + 1
     steps = [r for r in rows if r.get("event") == "step"]
+    gaps = [int(r["gap"]) for r in rows if r.get("event") == "release" and "gap" in r]
     return {
+        "ssp_max_gap": max(gaps) if gaps else None,
         "updates_applied": len(applied),
         "updates_discarded": len(updates) - len(applied),
         "staleness_max": max(stale, default=0),

@@ -201,9 +201,9 @@ def analyze(p: Packets, *, exact_fallback: bool = True) -> TcpAnalysis:
     ts = p.ts_ns
     seq = p.seq.astype(np.int64)
     ack = p.ack.astype(np.int64)
-    win = p.win.astype(np.int64)
+    win = p.win.astype(np.int32)  # signed: -1 stands for "no window yet"
     plen = p.plen
-    fl = p.flags.astype(np.int64)
+    fl = p.flags
     synfin = ((fl & (SYN | FIN)) != 0).astype(np.int64)
     sfr = (fl & (SYN | FIN | RST)) != 0
 
@@ -244,9 +244,14 @@ def analyze(p: Packets, *, exact_fallback: bool = True) -> TcpAnalysis:
     seq64 = back(s64)
     first = np.zeros(n, dtype=bool)
     first[o[first_s]] = True
+    # ---- maxseqtobeacked, to find ACKs of unseen data (these need the exact path)
+    m_after = back(_max_seq_to_be_acked(fo, s64, end64, nsb, cm, first_s))
+    # free the direction-sorted temporaries: fresh memory is slow (page faults), reused is not
+    del sq, d32, cs, base, gstart, s64, end64, key, fbig, cm, nsb, adv, lastadv, nstime_b, prev, fo
     has_prev = ~first
     prevwin = np.where(has_prev, win[np.maximum(prev_same, 0)], -1)
     prevack = np.where(has_prev, ack[np.maximum(prev_same, 0)], 0)
+    del prev_same
     nsb32 = nextseq_b & 0xFFFFFFFF
 
     # ---- last packet of the reverse direction (capture order)
@@ -263,8 +268,10 @@ def analyze(p: Packets, *, exact_fallback: bool = True) -> TcpAnalysis:
     rl = np.where(run > cstart, run - 1, -1)
     rev_last = np.empty(n, dtype=np.int64)
     rev_last[oc] = np.where(rl >= 0, oc[np.maximum(rl, 0)], -1)
+    del co, cstart, sd, chg, run, rl
     has_rev = rev_last >= 0
     rj = np.maximum(rev_last, 0)
+    del rev_last
     rev_ack = np.where(has_rev, ack[rj], 0)
     rev_acktime = np.where(has_rev, ts[rj], 0)
     rev_win = np.where(has_rev, win[rj], -1)
@@ -288,9 +295,8 @@ def analyze(p: Packets, *, exact_fallback: bool = True) -> TcpAnalysis:
     before = dcs[gfirst] - dupo[gfirst]
     dupnum = back(dcs - np.repeat(before, np.diff(np.r_[gfirst, n])))
     rev_dupnum = np.where(has_rev, dupnum[rj], 0)
+    del gfirst, dupo, dcs, before, dupnum, prevack, prevwin
 
-    # ---- maxseqtobeacked, to find ACKs of unseen data (these need the exact path)
-    m_after = back(_max_seq_to_be_acked(fo, s64, end64, nsb, cm, first_s))
     rev_m = np.where(has_rev, m_after[rj], 0)
     ack_lost = has_rev & (rev_m != 0) & _lt32(rev_m & 0xFFFFFFFF, ack) & ((fl & ACK) != 0)
 

@@ -166,6 +166,14 @@ def main(argv: list[str] | None = None) -> int:
     from incastlab.session import SessionError, terminate_as_interrupt
     from topologies.fabric import FabricError
 
+    argv = sys.argv[1:] if argv is None else argv
+    from incastlab.commands import DELEGATED
+
+    if argv and argv[0] in DELEGATED:  # their own parsers own every flag, --help included
+        import importlib
+
+        module, func = DELEGATED[argv[0]]
+        return int(getattr(importlib.import_module(module), func)(argv[1:]))
     parser = build_parser()
     args = parser.parse_args(argv)
     terminate_as_interrupt()

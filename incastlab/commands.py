@@ -18,6 +18,7 @@ EXPERIMENT_FLAGS = {  # flag -> (ExperimentConfig field, type, help)
     "--steps": ("steps", int, "training steps per strategy"),
     "--grad-mb": ("grad_mb", float, "gradient size, MiB of float32 (traffic per step)"),
     "--batch": ("batch", int, "samples per worker per step"),
+    "--compute-ms": ("compute_ms", float, "emulated accelerator time per step, ms (0: CPU compute only)"),
     "--lr": ("lr", float, "learning rate"),
     "--seed": ("seed", int, "random seed (same for every strategy)"),
     "--staleness": ("staleness", int, "SSP bound s"),
@@ -34,6 +35,13 @@ FABRIC_FLAGS = {
     "--spines": ("spines", int), "--leaves": ("leaves", int), "--hosts-per-leaf": ("hosts_per_leaf", int),
     "--host-mbit": ("host_mbit", float), "--uplink-mbit": ("uplink_mbit", float),
     "--buffer": ("buffer_pkts", int), "--ps-host": ("ps_host", str),
+}
+
+
+DELEGATED = {  # subcommand -> (module, function taking argv)
+    "report": ("analysis.report", "report_main"),
+    "analyze": ("analysis.cli", "analyze_main"),
+    "inspect": ("analysis.cli", "inspect_main"),
 }
 
 
@@ -84,7 +92,7 @@ def config_from(args: argparse.Namespace, scenario: dict[str, Any]) -> Any:
     for st in raw:
         if not isinstance(st, dict) or "host" not in st:
             raise SpecError("stragglers: each needs a host, e.g. {\"host\": \"h3\", \"cpu\": 0.25}")
-        unknown = set(st) - {"host", "cpu", "link_mbit", "slow_every", "slow_factor"}
+        unknown = set(st) - {"host", "cpu", "link_mbit", "slow_every", "slow_factor", "compute_factor"}
         if unknown:
             raise SpecError(f"stragglers: unknown field {sorted(unknown)[0]!r}")
         stragglers.append(Straggler(**st))
@@ -108,8 +116,9 @@ def _parse_straggler(text: str) -> dict[str, Any]:
     out: dict[str, Any] = {"host": host}
     for part in filter(None, rest.split(",")):
         key, _, val = part.partition("=")
-        if key not in ("cpu", "link_mbit", "slow_every", "slow_factor"):
-            raise SpecError(f"--straggler: unknown field {key!r} (cpu, link_mbit, slow_every, slow_factor)")
+        if key not in ("cpu", "link_mbit", "slow_every", "slow_factor", "compute_factor"):
+            raise SpecError(f"--straggler: unknown field {key!r} "
+                            "(cpu, link_mbit, slow_every, slow_factor, compute_factor)")
         try:
             out[key] = int(val) if key == "slow_every" else float(val)
         except ValueError as exc:

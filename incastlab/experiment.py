@@ -42,6 +42,7 @@ class Straggler:
     link_mbit: float | None = None
     slow_every: int = 0
     slow_factor: float = 1.0
+    compute_factor: float = 1.0
 
 
 @dataclass
@@ -54,6 +55,7 @@ class ExperimentConfig:
     steps: int = 10
     grad_mb: float = 0.5
     batch: int = 32
+    compute_ms: float = 0.0
     lr: float = 1.0
     seed: int = 0
     staleness: int = 2
@@ -105,8 +107,11 @@ class ExperimentConfig:
                 raise SpecError(f"stragglers: host {st.host!r} does not exist (hosts are h1..h{len(hosts)})")
             if st.host not in worker_hosts:
                 raise SpecError(f"stragglers: host {st.host!r} runs no worker in this run")
-            if st.slow_every < 0 or st.slow_factor < 1:
-                raise SpecError(f"stragglers: {st.host}: slow_every must be >= 0 and slow_factor >= 1")
+            if st.slow_every < 0 or st.slow_factor < 1 or st.compute_factor < 1:
+                raise SpecError(f"stragglers: {st.host}: slow_every must be >= 0, slow_factor and "
+                                "compute_factor >= 1")
+        if self.compute_ms < 0:
+            raise SpecError(f"compute_ms must be >= 0, got {self.compute_ms}")
         self.parsed_faults()
 
     def parsed_faults(self) -> list[Any]:
@@ -229,8 +234,12 @@ class StrategyRun:
                                      "--master-port", str(port), "--ifname", f"{host}-eth0",
                                      "--log", str(self.out / f"worker-{rank}.jsonl")] + common
             st = slow.get(host)
+            if cfg.compute_ms:
+                argv += ["--compute-ms", str(cfg.compute_ms)]
             if st and st.slow_every:
                 argv += ["--slow-every", str(st.slow_every), "--slow-factor", str(st.slow_factor)]
+            if st and st.compute_factor != 1.0:
+                argv += ["--compute-factor", str(st.compute_factor)]
             self._launch("worker", rank, host, argv)
 
     # -- capture ----------------------------------------------------------------------------

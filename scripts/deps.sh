@@ -1,5 +1,9 @@
 #!/usr/bin/env bash
-# Installs everything incastlab needs on a fresh Debian 12 / Ubuntu machine. Idempotent; run as root.
+# Installs everything incastlab needs on a fresh Debian 12 machine or the Ubuntu 24.04 Vagrant VM.
+# Idempotent; run as root. Environment:
+#   INCASTLAB_TORCH_INDEX  an extra package index for the CPU build of torch (PyPI's torch wheel for
+#                          a Python other than the one whose CPU wheel is on this machine's disk is
+#                          a multi-GB CUDA build)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -7,10 +11,13 @@ if [[ $(id -u) -ne 0 ]]; then
   echo "make deps: must run as root (try: sudo make deps)" >&2
   exit 1
 fi
+. /etc/os-release 2>/dev/null || ID=unknown
 
 APT_PACKAGES=(mininet openvswitch-switch openvswitch-common tcpdump tshark iperf3 ethtool
-  iputils-ping iproute2 cgroup-tools procps psmisc python3-venv python3-pip net-tools
-  chromium chromium-driver)
+  iputils-ping iproute2 cgroup-tools procps psmisc python3-venv python3-pip net-tools)
+# The dashboard's browser tests use Debian's chromium; Ubuntu ships it only as a snap, so there the
+# browser tests skip (the dashboard itself needs no browser on the machine).
+[[ "$ID" == "debian" ]] && APT_PACKAGES+=(chromium chromium-driver)
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
@@ -25,16 +32,25 @@ fi
 
 echo "== openvswitch"
 if ! ovs-vsctl --timeout=2 show >/dev/null 2>&1; then
-  /usr/share/openvswitch/scripts/ovs-ctl start --system-id=random >/dev/null 2>&1 \
-    || /usr/share/openvswitch/scripts/ovs-ctl start --no-ovs-vswitchd >/dev/null 2>&1 || true
-  ovs-vsctl --timeout=5 show >/dev/null
+  # no systemd here: start the daemons by hand (kernel datapath if the module loads, else userspace)
+  /usr/share/openvswitch/scripts/ovs-ctl start --system-id=random >/dev/null 2>&1 || true
+  ovs-vsctl --timeout=5 show >/dev/null || { echo "make deps: Open vSwitch does not start" >&2; exit 1; }
 fi
 
-echo "== python venv (.venv, system site packages for mininet)"
-if [[ ! -x .venv/bin/python ]]; then
-  /usr/bin/python3 -m venv --system-site-packages .venv
+echo "== python venv (.venv from /usr/bin/python3, with system site packages for mininet)"
+if ! /usr/bin/python3 -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
+  echo "make deps: /usr/bin/python3 is $(/usr/bin/python3 -V 2>&1); incastlab needs >= 3.11" >&2
+  exit 1
 fi
-.venv/bin/python -m pip install -q --upgrade pip >/dev/null 2>&1 || true
-.venv/bin/python -m pip install -q -r requirements.txt
-.venv/bin/python -m pip install -q --no-deps -e .
-echo "== deps ready: $(.venv/bin/python -c 'import torch, os_ken, scapy, mininet; print("torch", torch.__version__)')"
+if [[ -x .venv/bin/python ]] && ! .venv/bin/python -c 'import mininet.net' >/dev/null 2>&1; then
+  echo "   .venv does not see mininet (made elsewhere?): rebuilding it"
+  rm -rf .venv
+fi
+[[ -x .venv/bin/python ]] || /usr/bin/python3 -m venv --system-site-packages .venv
+pip=(.venv/bin/python -m pip install -q --disable-pip-version-check)
+if [[ -n "${INCASTLAB_TORCH_INDEX:-}" ]]; then
+  pip+=(--extra-index-url "$INCASTLAB_TORCH_INDEX")
+fi
+"${pip[@]}" -r requirements.txt
+"${pip[@]}" --no-deps --no-build-isolation -e . 2>/dev/null || "${pip[@]}" --no-deps -e .
+echo "== deps ready: $(.venv/bin/python -c 'import torch, os_ken, scapy, mininet.net; print("torch", torch.__version__)')"

@@ -99,8 +99,16 @@ def r6(x: float) -> float:
     return round(x, 6)
 
 
-def gen_strategy(rng: random.Random, name: str, t_begin: float, cfg: dict[str, Any]) -> dict[str, Any]:
-    """Synthesize one strategy's logs and counters; returns files to write and its summary entry."""
+FAULT_DOWN_S, FAULT_UP_S = 0.8, 1.6  # link-down fault, seconds after the strategy's first step
+GAP_S = (1.2, 3.0)  # controller samples missing over this span (seconds after the first step)
+
+
+def gen_strategy(rng: random.Random, name: str, t_begin: float, cfg: dict[str, Any],
+                 fault: bool = False) -> dict[str, Any]:
+    """Synthesize one strategy's logs and counters; returns files to write and its summary entry.
+
+    fault: a link-down of lf1-eth1 (faults.jsonl + the controller's port_down/reroute events)
+    and a hole in the controller's samples (GAP_S), as a controller restart leaves."""
     n, steps, grad_bytes = cfg["workers"], cfg["steps"], int(cfg["grad_mb"] * 1e6)
     ps_family = name in ("ps", "async", "ssp", "backup")
     sync = name in ("ps", "ring", "allreduce")
@@ -175,6 +183,8 @@ def gen_strategy(rng: random.Random, name: str, t_begin: float, cfg: dict[str, A
     timeseries: list[str] = []
     polls = [t_begin - POLL_S + i * POLL_S for i in range(int((t_finish - t_begin) / POLL_S) + 4)]
     prev: dict[str, tuple[int, int]] = {}
+    if fault:
+        polls = [t for t in polls if not t_begin + GAP_S[0] < t < t_begin + GAP_S[1]]
     for t in polls:
         for p in all_ports():
             sw, port = p.split("-eth")
@@ -192,6 +202,15 @@ def gen_strategy(rng: random.Random, name: str, t_begin: float, cfg: dict[str, A
                 "t": r6(t), "kind": "queue", "switch": sw, "port": int(port), "name": p, "peer": peer,
                 "queue_id": 0, "tx_bytes": txb, "tx_packets": txb // 1514, "drops": drops,
                 "tx_bps": r6(bps), "drops_per_s": r6((drops - pdrops) / POLL_S)}))
+    if fault:
+        down, up = t_begin + FAULT_DOWN_S, t_begin + FAULT_UP_S
+        for t, ev, state in ((down, "port_down", "down"), (up, "port_up", "up")):
+            for sw, port in (("lf1", 1), ("sp1", 1)):  # both ends of the link report it
+                timeseries.append(json.dumps({"t": r6(t + 0.003), "kind": "event", "event": ev,
+                                              "switch": sw, "port": port}))
+            timeseries.append(json.dumps({"t": r6(t + 0.01), "kind": "event", "event": "reroute",
+                                          "link": "lf1-sp1", "state": state,
+                                          "dead_links": ["lf1-sp1"] if state == "down" else []}))
     bytes_by_link = {p: cum_bytes(tx_of[p], t_finish + 1) for p in all_ports()}
     drops_by_port = {p: cum_drops(p, t_finish + 1) for p in all_ports()}
 
@@ -248,6 +267,32 @@ def gen_strategy(rng: random.Random, name: str, t_begin: float, cfg: dict[str, A
     for r, recs in workers.items():
         lines = [json.dumps(x) for x in recs] + [json.dumps({"event": "done", "rank": r, "steps": steps})]
         files[f"worker-{r}.jsonl"] = "\n".join(lines) + "\n"
+    if fault:
+        files["faults.jsonl"] = "".join(json.dumps(x) + "\n" for x in (
+            {"t": r6(t_begin + FAULT_DOWN_S), "event": "fired", "kind": "link-down", "target": "lf1-eth1",
+             "state": "down"},
+            {"t": r6(t_begin + FAULT_UP_S), "event": "restored", "kind": "link-down", "target": "lf1-eth1",
+             "state": "up"}))
+    if name == "ssp":  # the PS releases a worker into its next step: gap = its lead over the slowest
+        for e in [e for e in ps_events if e["event"] == "update"]:
+            gap = min(int(cfg.get("staleness", 2)), (e["step"] + e["rank"]) % 3)
+            ps_events.append({"event": "release", "t": e["t"], "worker": e["rank"],
+                              "next_step": e["step"] + 1, "slowest": 0, "gap": gap})
+    if name == "backup" and slow_rank is not None:  # b = 1: the straggler's update is dropped each step
+        for e in ps_events:
+            if e["event"] == "update":
+                e["applied"] = e["rank"] != slow_rank
+        for k in range(steps):
+            t_step = r6(max(w[k]["t_end"] for w in workers.values()))
+            ps_events.append({"event": "step", "step": k, "t": t_step, "discarded": [slow_rank],
+                              "applied": [r for r in range(n) if r != slow_rank]})
+    if cfg.get("stragglers"):
+        summary["utilisation_by_worker"] = {
+            str(r): round(sum(x["compute_s"] for x in recs) / (recs[-1]["t_end"] - recs[0]["t_start"]), 4)
+            for r, recs in workers.items()}
+        if name == "backup" and slow_rank is not None:
+            summary["updates_discarded"] = steps
+            summary["discarded_per_step"] = [1] * steps
     if ps_family:
         ps_events.sort(key=lambda e: e["t"])
         files["ps.jsonl"] = "\n".join([json.dumps(e) for e in ps_events]
@@ -277,8 +322,12 @@ def _peer(port: str) -> str:
 
 
 def make_run(dest: Path, strategies: tuple[str, ...] = ("ps", "ring"), workers: int = 3, steps: int = 5,
-             seed: int = 7, **extra_config: Any) -> Path:
-    """Write a synthetic run folder at dest (replacing it) and return dest."""
+             seed: int = 7, fault_in: str | None = None, **extra_config: Any) -> Path:
+    """Write a synthetic run folder at dest (replacing it) and return dest.
+
+    fault_in: the strategy that gets a link-down fault and a gap in the controller samples
+    (config gains `interval`). With `stragglers` in extra_config, config gains `worker_hosts`
+    and the summary `utilisation_by_worker` (and backup's discards); the straggler is the last rank."""
     dest = Path(dest)
     if dest.exists():
         shutil.rmtree(dest)
@@ -291,10 +340,14 @@ def make_run(dest: Path, strategies: tuple[str, ...] = ("ps", "ring"), workers: 
         "steps": steps, "grad_mb": 2.0, "batch": 32, "lr": 0.05, "seed": seed, "ps_host": f"h{PS_HOST}",
     }
     config.update(extra_config)
+    if fault_in:
+        config["interval"] = POLL_S
+    if config.get("stragglers"):
+        config["worker_hosts"] = [f"h{PS_HOST + 1 + r}" for r in range(workers)]
     summaries: dict[str, Any] = {}
     t = 1_700_000_000.0
     for name in strategies:
-        out = gen_strategy(rng, name, t, config)
+        out = gen_strategy(rng, name, t, config, fault=name == fault_in)
         sdir = dest / name
         sdir.mkdir()
         for fname, content in out["files"].items():

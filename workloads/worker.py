@@ -44,6 +44,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--timeout", type=float, default=60.0, help="seconds before a silent peer is a failure")
     p.add_argument("--slow-every", type=int, default=0, help="every K-th step (K-1, 2K-1, ...) is slow")
     p.add_argument("--slow-factor", type=float, default=1.0, help="slow steps compute X times longer")
+    p.add_argument("--compute-ms", type=float, default=0.0,
+                   help="emulated accelerator time per step (a GPU's forward/backward uses no host CPU)")
+    p.add_argument("--compute-factor", type=float, default=1.0,
+                   help="this worker's accelerator is X times slower (a slow GPU: a straggler)")
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads (hosts share the CPU)")
     p.add_argument("--dump-grad", default=None, help="debug (ring/allreduce): save step 0's mean gradient")
     args = p.parse_args(argv)
@@ -53,6 +57,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error("--steps, --batch, --timeout and --grad-mb must be positive")
     if args.slow_every < 0 or args.slow_factor < 1.0:
         p.error("--slow-every must be >= 0 and --slow-factor >= 1")
+    if args.compute_ms < 0 or args.compute_factor < 1.0:
+        p.error("--compute-ms must be >= 0 and --compute-factor >= 1")
     return args
 
 
@@ -74,6 +80,8 @@ def train(args: argparse.Namespace, log: JsonlLog) -> None:
         c0 = time.perf_counter()
         x, y = make_batch(spec, args.seed, args.rank, step, args.batch)
         loss, grad = loss_and_grad(spec, weights, x, y)
+        if args.compute_ms:
+            time.sleep(args.compute_ms * args.compute_factor / 1000.0)
         compute_s = time.perf_counter() - c0
         if args.slow_every and (step + 1) % args.slow_every == 0:
             time.sleep(compute_s * (args.slow_factor - 1.0))
