@@ -655,7 +655,7 @@ class ReportBuilder:
         ax.set_ylabel("iteration time (s)")
         ax.set_title("Iteration time per step (max over workers of t_end - t_start)")
         ax.set_ylim(bottom=0)
-        if any(d["steps"] for d in data.values()):
+        if any(data[s.name]["steps"] for s in self.present):
             ax.legend()
         else:
             _note(ax, "no worker step logs")

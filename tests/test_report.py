@@ -480,3 +480,15 @@ def test_null_summary_values_are_dashes(run_copy: Path) -> None:
     assert "no host captures" in md
     ring = md_row(md, "ring")
     assert ring[2 + cols.index("dup_acks")] == "–"
+
+
+def test_interrupted_before_any_step_still_reports(run_copy: Path) -> None:
+    """Ctrl-C while the workers were still importing torch: a strategy folder without step logs."""
+    for log in (run_copy / "ring").glob("worker-*.jsonl"):
+        log.unlink()
+    (run_copy / "ring" / "status.json").write_text(json.dumps({"state": "incomplete", "error": "interrupted"}))
+    (run_copy / "summary.json").unlink()
+    res = build_report(run_copy)
+    assert not res["complete"]
+    assert (run_copy / "report.html").exists()
+    assert res["figures"]["iter_time"]["ring"]["steps"] == []

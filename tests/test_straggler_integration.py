@@ -41,7 +41,7 @@ def test_every_strategy_lowers_the_loss(straggler_run):
 
 
 def test_sync_strategies_wait_on_the_straggler_and_async_does_not(straggler_run):
-    _, s = straggler_run
+    s = straggler_run[1]["strategies"]
     fast = ("0", "2")  # rank 1 (h3) is the straggler
 
     def fast_util(name: str) -> float:
@@ -54,16 +54,18 @@ def test_sync_strategies_wait_on_the_straggler_and_async_does_not(straggler_run)
 
 
 def test_ssp_never_exceeds_its_bound(straggler_run):
-    run, s = straggler_run
-    bound = s["config"]["staleness"]
+    run, summary = straggler_run
+    s = summary["strategies"]
+    bound = summary["config"]["staleness"]
     gaps = [r["gap"] for r in read_jsonl(run / "ssp" / "ps.jsonl") if r.get("event") == "release"]
     assert gaps and max(gaps) <= bound
     assert s["ssp"]["ssp_max_gap"] == max(gaps)
 
 
 def test_backup_discards_exactly_b_updates_per_step(straggler_run):
-    run, s = straggler_run
-    b = s["config"]["backup"]
+    run, summary = straggler_run
+    s = summary["strategies"]
+    b = summary["config"]["backup"]
     steps = [r for r in read_jsonl(run / "backup" / "ps.jsonl") if r.get("event") == "step"]
     assert len(steps) == 6
     assert all(len(r["discarded"]) == b and len(r["applied"]) == 3 - b for r in steps)
