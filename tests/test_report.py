@@ -486,7 +486,8 @@ def test_interrupted_before_any_step_still_reports(run_copy: Path) -> None:
     """Ctrl-C while the workers were still importing torch: a strategy folder without step logs."""
     for log in (run_copy / "ring").glob("worker-*.jsonl"):
         log.unlink()
-    (run_copy / "ring" / "status.json").write_text(json.dumps({"state": "incomplete", "error": "interrupted"}))
+    status = {"state": "incomplete", "error": "interrupted"}
+    (run_copy / "ring" / "status.json").write_text(json.dumps(status))
     (run_copy / "summary.json").unlink()
     res = build_report(run_copy)
     assert not res["complete"]
