@@ -195,6 +195,7 @@ class StrategyRun:
         self.killed: dict[int, str] = {}  # rank -> fault that killed it
         self.dead_since: dict[int, float] = {}  # index in procs -> when first seen dead
         self.injector: Any = None
+        self.lost: dict[int, str] = {}  # async only: rank -> why the run goes on without it
 
     # -- launching --------------------------------------------------------------------------
     def _python(self) -> list[str]:
@@ -271,8 +272,7 @@ class StrategyRun:
         """Stop tcpdump (recording what each lost) and the sampler."""
         if self.captures is not None:
             try:
-                result = self.captures.stop()
-                write_json(self.out / "capture.json", _relative(result, self.out))
+                self.captures.stop()  # writes capture.json (paths relative to the strategy folder)
             finally:
                 self.captures = None
         if self.sampler is not None:
@@ -328,6 +328,15 @@ class StrategyRun:
                 if c not in (None, 0):
                     self.dead_since.setdefault(k, now)
             failed = [(k, p, c) for k, (p, c) in enumerate(codes) if c not in (None, 0)]
+            if self.strategy == "async":  # asynchronous SGD carries on without a dead worker
+                for _k, p, code in failed:
+                    if p.role == "worker" and p.rank not in self.lost:
+                        why = (f"killed by fault {self.killed[p.rank]}" if p.rank in self.killed
+                               else f"exited with code {code}: {self._last_err(p)}")
+                        self.lost[p.rank] = why
+                        self.say(f"async: {p.label} {why} at step {done.get(p.rank, 0)}; "
+                                 f"training goes on with {self.cfg.n_workers - len(self.lost)} workers")
+                failed = [(k, p, c) for k, p, c in failed if p.role != "worker" or p.rank not in self.lost]
             if failed:
                 # the first to die is the cause; the others usually fail because of it
                 def cause(kpc: tuple[int, Proc, int | None]) -> tuple[bool, float]:
@@ -341,7 +350,7 @@ class StrategyRun:
                 else:
                     why = f"exited with code {code}: {self._last_err(p)}"
                 raise ExperimentError(f"{self.strategy}: {p.label} {why} at step {step}")
-            if all(c == 0 for _, c in codes):
+            if all(c == 0 or (p.role == "worker" and p.rank in self.lost) for p, c in codes):
                 return
             if time.monotonic() > deadline:
                 raise ExperimentError(f"{self.strategy}: not finished after {self.cfg.run_timeout:.0f} s "
@@ -399,7 +408,8 @@ class StrategyRun:
             self._save_records(before, hosts)
             self.stop_capture()
             write_json(self.out / "status.json", {"state": state, "error": error, "t_start": self.t_start,
-                                                  "t_end": self.t_end})
+                                                  "t_end": self.t_end,
+                                                  "lost_workers": {str(r): w for r, w in self.lost.items()}})
             self.s.controller.set_phase(state="done" if state == "complete" else state,
                                         strategy=self.strategy, step=None, steps=self.cfg.steps)
         return {"state": state, "t_start": self.t_start, "t_end": self.t_end}
@@ -423,19 +433,6 @@ class StrategyRun:
             write_jsonl(self.out / "timeseries.jsonl", samples)
         except Exception as exc:  # noqa: BLE001 - the controller may be the thing that failed
             self.say(f"{self.strategy}: controller time series unavailable ({exc})")
-
-
-def _relative(doc: dict[str, Any], base: Path) -> dict[str, Any]:
-    """capture.json with file paths relative to the strategy folder."""
-    points = []
-    for pt in doc.get("points", []):
-        pt = dict(pt)
-        try:
-            pt["file"] = str(Path(pt["file"]).resolve().relative_to(base.resolve()))
-        except (KeyError, ValueError):
-            pass
-        points.append(pt)
-    return dict(doc, points=points)
 
 
 def run_experiment(session: Session, config: ExperimentConfig, folder: RunFolder,

@@ -25,11 +25,15 @@ def events(run: Path, strategy: str) -> list[dict]:
 
 def test_a_dead_uplink_is_routed_around_and_training_goes_on(clean_host, tmp_path):
     proc = run_cli(["compare", "--strategies", "ring", "--steps", "8", *SHORT,
-                    "--fault", "link-down:lf2-eth1@step2", "--results", str(tmp_path)], timeout=600)
+                    "--fault", "link-down:lf2-eth1@step2", "--fault", "flap:lf3-eth2@step5",
+                    "--results", str(tmp_path)], timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     run = tmp_path / "latest"
     fired = read_jsonl(run / "ring" / "faults.jsonl")
-    assert [(f["event"], f["state"]) for f in fired] == [("fired", "down"), ("restored", "up")]
+    down = [(f["event"], f["state"]) for f in fired if f["kind"] == "link-down"]
+    assert down == [("fired", "down"), ("restored", "up")]
+    flaps = [f["state"] for f in fired if f["kind"] == "flap"]
+    assert flaps[0] == "down" and flaps[-1] == "up" and len(flaps) == 6
     ev = events(run, "ring")
     assert any(e["event"] == "port_down" and e["switch"] == "lf2" and e["port"] == 1 for e in ev)
     reroutes = [e for e in ev if e["event"] == "reroute"]
@@ -53,6 +57,21 @@ def test_controller_restart_keeps_forwarding_and_leaves_a_visible_gap(clean_host
     assert any(s > t_back for s in samples), "statistics resume after the restart"
     steps = [r for r in read_jsonl(run / "ps" / "worker-0.jsonl") if "step" in r]
     assert len(steps) == 8, "training went on through the gap (flows stayed installed)"
+
+
+def test_async_carries_on_without_a_killed_worker_and_says_so(clean_host, tmp_path):
+    proc = run_cli(["compare", "--strategies", "async", "--steps", "8", *SHORT,
+                    "--fault", "kill-worker:1@step2", "--results", str(tmp_path)], timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "training goes on with 2 workers" in proc.stderr
+    run = tmp_path / "latest" / "async"
+    status = json.loads((run / "status.json").read_text())
+    assert status["state"] == "complete" and list(status["lost_workers"]) == ["1"]
+    for rank in (0, 2):
+        rows = read_jsonl(run / f"worker-{rank}.jsonl")
+        assert rows[-1].get("event") == "done" and len(rows) == 9
+    lost = [r for r in read_jsonl(run / "ps.jsonl") if r.get("event") == "worker_lost"]
+    assert [r["worker"] for r in lost] == [1]
 
 
 def start_compare(tmp_path: Path) -> subprocess.Popen[str]:

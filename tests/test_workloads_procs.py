@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import signal
 import socket
 import subprocess
@@ -268,7 +269,7 @@ def _one_line(err: str) -> str:
     return lines[0]
 
 
-@pytest.mark.parametrize("strategy", ["ps", "ring"])
+@pytest.mark.parametrize("strategy", ["ps", "ring", "ssp", "backup"])
 def test_killed_worker_makes_the_others_fail_with_one_line(tmp_path: Path, strategy: str) -> None:
     job = Job(strategy, tmp_path, steps=10**6, timeout=10).start()
     try:
@@ -294,7 +295,9 @@ def test_killed_worker_makes_the_others_fail_with_one_line(tmp_path: Path, strat
 
 
 def test_hung_worker_is_named_by_the_ps_after_timeout(tmp_path: Path) -> None:
-    job = Job("async", tmp_path, steps=10**6, timeout=4).start()
+    # synchronous: the step cannot complete, so the PS fails; the others wait longer than it does
+    patient = {r: ["--timeout", "60"] for r in (0, 2)}
+    job = Job("ps", tmp_path, steps=10**6, timeout=4, worker_extra=patient).start()
     try:
         _wait_for_lines(job.worker_log(1), 3, job.procs())
         job.workers[1].send_signal(signal.SIGSTOP)
@@ -310,3 +313,81 @@ def test_hung_worker_is_named_by_the_ps_after_timeout(tmp_path: Path) -> None:
     finally:
         job.workers[1].send_signal(signal.SIGKILL)
         job.kill()
+
+
+# --- async goes on without a lost worker --------------------------------------------------------
+LOST = 2
+PACED = {r: ["--compute-ms", "150"] for r in range(WORLD)}  # a sleep: slow enough to act mid-run, no CPU
+LOST_LINE = re.compile(rf"parameter server: worker {LOST} lost at step (\d+) \(([^()]+)\); "
+                       rf"async training goes on with {WORLD - 1} workers")
+
+
+Result = tuple[int, str, str]
+
+
+def _check_async_went_on(job: Job, ps_result: Result, others: list[Result]) -> dict:
+    """The others finished every step, the PS exited 0 and logged and said exactly one loss."""
+    code, out, err = ps_result
+    assert (code, out) == (0, ""), f"PS exit {code}, stderr {err!r}"
+    m = LOST_LINE.fullmatch(_one_line(err))
+    assert m, err
+    last_step_end = []
+    for r, (code, out, err) in zip((r for r in range(WORLD) if r != LOST), others, strict=True):
+        assert (code, out, err) == (0, "", ""), f"worker {r}: exit {code}, stderr {err!r}"
+        recs = read_jsonl(job.worker_log(r))
+        assert recs[-1] == {"event": "done", "rank": r, "steps": job.steps}
+        assert [x["step"] for x in recs[:-1]] == list(range(job.steps))
+        last_step_end.append(recs[-2]["t_end"])
+    recs = read_jsonl(job.ps_log)
+    lost = [x for x in recs if x["event"] == "worker_lost"]
+    assert len(lost) == 1 and lost[0]["worker"] == LOST
+    ev = lost[0]
+    assert set(ev) == {"event", "t", "worker", "worker_step", "reason"} and ev["reason"] == m.group(2)
+    assert int(m.group(1)) == ev["worker_step"] + 1  # stderr: the step it was in; log: the last it pushed
+    assert ev["worker_step"] >= 1  # it had logged two steps, so it had pushed them
+    assert min(last_step_end) > ev["t"]  # the others were still training when it was dropped
+    assert recs[-1]["event"] == "done" and recs[-1]["lost"] == [LOST] and recs[-1]["workers"] == WORLD
+    updates = [x for x in recs if x["event"] == "update"]
+    assert [u["worker_step"] for u in updates if u["worker"] == LOST] == list(range(ev["worker_step"] + 1))
+    for r in range(WORLD):
+        if r != LOST:
+            assert [u["worker_step"] for u in updates if u["worker"] == r] == list(range(job.steps))
+    return ev
+
+
+def test_async_trains_on_without_a_killed_worker(tmp_path: Path) -> None:
+    job = Job("async", tmp_path, steps=12, worker_extra=PACED).start()
+    try:
+        _wait_for_lines(job.worker_log(LOST), 2, job.procs())
+        job.workers[LOST].send_signal(signal.SIGKILL)
+        results = job.finish()
+    finally:
+        job.kill()
+    assert results[1 + LOST][0] == -signal.SIGKILL
+    ev = _check_async_went_on(job, results[0], [x for r, x in enumerate(results[1:]) if r != LOST])
+    assert ev["reason"] in ("connection closed", "connection reset", "broken pipe")
+
+
+def test_async_drops_a_hung_worker_after_timeout_and_trains_on(tmp_path: Path) -> None:
+    # the PS gives up on it after 3 s, while the others (patient themselves) have ~6 s of steps to go
+    extra = {r: PACED[r] + (["--timeout", "60"] if r != LOST else []) for r in range(WORLD)}
+    job = Job("async", tmp_path, steps=40, timeout=3, worker_extra=extra).start()
+    hung = job.workers[LOST]
+    try:
+        _wait_for_lines(job.worker_log(LOST), 2, job.procs())
+        hung.send_signal(signal.SIGSTOP)
+        assert job.ps is not None
+        others = [p for r, p in enumerate(job.workers) if r != LOST]
+        results = []
+        for p in [job.ps, *others]:
+            o, e = p.communicate(timeout=GUARD_S)
+            results.append((p.returncode, o, e))
+        hung.send_signal(signal.SIGCONT)  # it finds its connection gone and fails with one line
+        _, err = hung.communicate(timeout=GUARD_S)
+    finally:
+        hung.send_signal(signal.SIGKILL)
+        job.kill()
+    ev = _check_async_went_on(job, results[0], results[1:])
+    assert ev["reason"] == "sent nothing for 3 s"
+    assert hung.returncode not in (None, 0)
+    assert _one_line(err).startswith(f"worker {LOST}: ") and "parameter server" in err

@@ -233,6 +233,108 @@ def test_bye_only_after_all_steps_and_all_done() -> None:
     assert core.all_done
 
 
+# --- PSCore: a worker is gone ------------------------------------------------------------------
+def test_async_drops_a_lost_worker_and_finishes_with_the_others() -> None:
+    clock = FakeClock()
+    core = PSCore("async", world=3, steps=3, clock=clock)
+    for r in range(3):
+        core.push(r, 0, core.version)
+    core.push(2, 1, core.version)  # worker 2 pushed steps 0 and 1, then dies
+    clock.tick(5)
+    loss = core.lose(2, "connection closed")
+    assert loss.carry_on and loss.remaining == 2
+    assert loss.events == [{"event": "worker_lost", "t": 1005.0, "worker": 2, "worker_step": 1,
+                            "reason": "connection closed"}]
+    assert core.lost == {2} and not core.all_done
+    with pytest.raises(ValueError):
+        core.push(2, 2, core.version)
+    with pytest.raises(ValueError):
+        core.bye(2)
+    for step in (1, 2):
+        for r in (0, 1):
+            d = core.push(r, step, core.version)
+            assert d.apply == [r] and d.release == [r]  # the others are served as before
+    core.bye(0)
+    assert not core.all_done
+    core.bye(1)
+    assert core.all_done and core.lost == {2}
+    assert core.version == 3 + 1 + 4  # every gradient that arrived was applied
+
+
+def test_async_second_report_or_fin_after_goodbye_is_not_a_loss() -> None:
+    core = PSCore("async", world=2, steps=1, clock=FakeClock())
+    core.push(0, 0, 0)
+    core.bye(0)
+    after_bye = core.lose(0, "connection closed")
+    assert after_bye.carry_on and after_bye.events == [] and core.lost == set()
+    first = core.lose(1, "connection reset")
+    assert first.carry_on and first.remaining == 0 and first.events[0]["worker_step"] == -1  # never pushed
+    again = core.lose(1, "broken pipe")
+    assert again.carry_on and again.events == []
+    assert core.all_done and core.lost == {1}
+
+
+def test_async_fails_once_every_worker_is_lost() -> None:
+    core = PSCore("async", world=2, steps=4, clock=FakeClock())
+    assert core.lose(0, "connection closed").carry_on
+    last = core.lose(1, "sent nothing for 5 s")
+    assert not last.carry_on and "all 2 workers" in last.why
+    assert [e["worker"] for e in last.events] == [1]  # the last loss is still logged
+    assert core.lost == {0, 1}
+
+
+@pytest.mark.parametrize("strategy,extra", [("ps", {}), ("ssp", {"staleness": 1}), ("backup", {"backup": 1})])
+def test_synchronous_and_bounded_strategies_cannot_go_on_without_a_worker(strategy: str, extra: dict) -> None:
+    core = PSCore(strategy, world=3, steps=4, clock=FakeClock(), **extra)
+    core.push(0, 0, 0)
+    loss = core.lose(1, "connection closed")
+    assert not loss.carry_on and loss.why and loss.events == []
+    assert core.lost == set() and not core.all_done
+
+
+def test_silent_names_only_workers_the_ps_owes_nothing() -> None:
+    core = PSCore("ps", world=3, steps=4, clock=FakeClock())
+    assert core.silent(1e9, 5.0) == []  # nobody heard of yet: not started, not hung
+    for r in range(3):
+        core.heard(r, 100.0)
+    assert core.silent(105.0, 5.0) == []  # exactly the timeout is still fine
+    core.push(0, 0, 0)  # the PS owes worker 0 weights until the step completes
+    core.heard(1, 103.0)
+    assert core.silent(105.5, 5.0) == [2]
+    assert core.silent(108.5, 5.0) == [1, 2]
+
+
+def test_async_hung_worker_is_silent_then_dropped_like_a_dead_one() -> None:
+    clock = FakeClock()
+    core = PSCore("async", world=3, steps=2, clock=clock)
+    for r in range(3):
+        core.heard(r, 0.0)
+        core.push(r, 0, core.version)
+        core.heard(r, 1.0)  # the reply was queued at once: its silence counts from here
+    core.push(0, 1, core.version)
+    core.heard(0, 2.0)
+    core.bye(0)
+    core.heard(1, 7.0)
+    assert core.silent(8.5, 8.0) == []  # worker 2 silent for 7.5 s only
+    hung = core.silent(10.0, 5.0)
+    assert hung == [2]  # worker 0 finished, worker 1 was heard at 7
+    loss = core.lose(2, "sent nothing for 5 s")
+    assert loss.carry_on and loss.remaining == 1 and loss.events[0]["worker_step"] == 0
+    assert core.silent(100.0, 5.0) == [1]  # a dropped worker is never reported again
+    core.push(1, 1, core.version)
+    core.bye(1)
+    assert core.all_done
+
+
+def test_ssp_held_worker_is_not_silent() -> None:
+    core = PSCore("ssp", world=2, steps=5, staleness=0, clock=FakeClock())
+    core.heard(0, 0.0)
+    core.heard(1, 0.0)
+    core.push(0, 0, 0)  # next step 1, slowest 0: held
+    assert core.waiting_for_reply(0)
+    assert core.silent(60.0, 5.0) == [1]
+
+
 @pytest.mark.parametrize(
     "kwargs",
     [dict(strategy="backup", backup=0), dict(strategy="backup", backup=3), dict(strategy="ps", backup=1),

@@ -5,6 +5,11 @@ Readers receive whole gradients concurrently (the incast the testbed exists to c
 them; the main thread decides, applies SGD and queues replies; senders write them, so a worker
 that stops reading cannot block the others. Liveness is judged by the main thread alone: a worker
 the PS does not owe a reply to must send something within --timeout.
+
+A worker that is gone (connection lost, or silent past --timeout) fails the run, except with
+`--strategy async`, which drops it and trains on with the others (PSCore.lose says why only async):
+the PS logs `{"event":"worker_lost",...}`, prints one line on stderr and still exits 0 once every
+remaining worker said goodbye; its `done` record then lists the dropped ranks in `lost`.
 """
 
 from __future__ import annotations
@@ -46,7 +51,6 @@ class _Conn:
     sock: socket.socket
     peer: str
     outbox: queue.Queue[tuple[Header, bytes | memoryview] | None] = field(default_factory=queue.Queue)
-    last_heard: float = field(default_factory=time.monotonic)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -151,7 +155,7 @@ class ParameterServer:
         c = self.conns[rank]
         h = Header(Kind.WEIGHTS, rank=rank, step=self.core.clocks[rank], version=self.core.version)
         c.outbox.put((h, self._weights_bytes()))
-        c.last_heard = time.monotonic()  # its silence counts from now on
+        self.core.heard(rank, time.monotonic())  # its silence counts from now on
 
     def _apply(self, ranks: list[int]) -> None:
         acc = torch.zeros(self.spec.nparams)
@@ -191,18 +195,36 @@ class ParameterServer:
             threading.Thread(target=self._reader, args=(c,), daemon=True).start()
             threading.Thread(target=self._sender, args=(c,), daemon=True).start()
             c.outbox.put((Header(Kind.WELCOME, rank=c.rank, version=self.core.version), b""))
-            c.last_heard = time.monotonic()
+            self.core.heard(c.rank, time.monotonic())
 
     def _check_liveness(self) -> None:
-        now = time.monotonic()
-        for r, c in self.conns.items():
-            if r in self.core.done or self.core.waiting_for_reply(r):
-                continue
-            if now - c.last_heard > self.args.timeout:
-                raise WorkloadError(
-                    f"worker {r} ({c.peer}) sent nothing for {self.args.timeout:g} s"
-                    f" at step {self._step_of(r)}"
-                )
+        for r in self.core.silent(time.monotonic(), self.args.timeout):
+            c = self.conns[r]
+            self._lose(
+                r, f"sent nothing for {self.args.timeout:g} s",
+                f"worker {r} ({c.peer}) sent nothing for {self.args.timeout:g} s at step {self._step_of(r)}",
+            )
+
+    def _lose(self, rank: int, reason: str, failure: str) -> None:
+        """Worker `rank` is gone: drop it and go on (async), or raise `failure` (everything else)."""
+        step = self._step_of(rank)
+        loss = self.core.lose(rank, reason)
+        for e in loss.events:
+            self.log.write(e)
+        if not loss.carry_on:
+            # ps/ssp/backup fail with the message they always had; async only when nobody is left
+            raise WorkloadError(f"{failure}; {loss.why}" if loss.events else failure)
+        if not loss.events:  # already finished or already dropped: nothing new
+            return
+        c = self.conns[rank]
+        c.outbox.put(None)
+        with contextlib.suppress(OSError):  # wakes its reader and sender; a hung worker that
+            c.sock.shutdown(socket.SHUT_RDWR)  # resumes finds the connection gone and fails
+        n = loss.remaining
+        rest = (f"async training goes on with {n} worker{'s' if n != 1 else ''}" if n
+                else "async training ends with the workers that finished")
+        print(f"parameter server: worker {rank} lost at step {step} ({reason}); {rest}",
+              file=sys.stderr, flush=True)
 
     def run(self) -> None:
         threading.Thread(target=self._accept_loop, daemon=True).start()
@@ -217,15 +239,17 @@ class ParameterServer:
                 raise WorkloadError(str(obj))
             if kind == "hello":
                 raise WorkloadError(f"late second connection for rank {rank}")
+            if rank in self.core.lost:  # what a dropped worker's threads still report
+                continue
             c = self.conns[rank]
-            c.last_heard = time.monotonic()
+            self.core.heard(rank, time.monotonic())
             if kind == "lost":
                 if rank in self.core.done:
                     continue
                 why = "closed" if isinstance(obj, PeerClosed) else str(obj)
-                raise WorkloadError(
-                    f"lost connection to worker {rank} ({c.peer}) at step {self._step_of(rank)}: {why}"
-                )
+                failure = f"lost connection to worker {rank} ({c.peer}) at step {self._step_of(rank)}: {why}"
+                self._lose(rank, _reason(obj), failure)
+                continue
             try:
                 if kind == "bye":
                     self.core.bye(rank)
@@ -258,6 +282,21 @@ class ParameterServer:
             c.sock.close()
 
 
+def _reason(exc: object) -> str:
+    """A short reason for a broken connection, for the worker_lost record and the stderr line."""
+    if isinstance(exc, PeerClosed):
+        return "connection closed"
+    if isinstance(exc, ConnectionResetError):
+        return "connection reset"
+    if isinstance(exc, BrokenPipeError):
+        return "broken pipe"
+    if isinstance(exc, ProtocolError):
+        return f"protocol error: {exc}"
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror
+    return str(exc) or type(exc).__name__
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
@@ -272,7 +311,10 @@ def main(argv: list[str] | None = None) -> int:
         except OSError as exc:
             raise WorkloadError(f"cannot listen on {args.bind}:{args.port}: {exc.strerror}") from None
         server.run()
-        log.write({"event": "done", "t": time.time(), "version": server.core.version, "workers": args.world})
+        done = {"event": "done", "t": time.time(), "version": server.core.version, "workers": args.world}
+        if args.strategy == "async":  # the only strategy that can finish without some workers
+            done["lost"] = sorted(server.core.lost)
+        log.write(done)
         return 0
     except WorkloadError as exc:
         print(f"parameter server {args.bind}:{args.port}: {exc}", file=sys.stderr)

@@ -13,6 +13,11 @@ PS log records. Strategies:
 
 Versions count applied updates (sync: one per step). An `update` record's `version` is the PS
 version when the gradient arrived and `staleness` is that minus the version the worker computed on.
+
+A worker is gone when its connection breaks or when it stays silent past the timeout while the PS
+owes it nothing (`heard` / `silent`); the server then asks `lose`. Only `async` carries on without
+it (see `lose` for why the others cannot): the worker is dropped, a `worker_lost` record is logged,
+and the run ends once every worker has finished or been dropped.
 """
 
 from __future__ import annotations
@@ -36,6 +41,16 @@ class Decision:
     keep: bool = False
     apply: list[int] = field(default_factory=list)
     release: list[int] = field(default_factory=list)
+    events: list[Record] = field(default_factory=list)
+
+
+@dataclass
+class Loss:
+    """What the server must do when a worker is gone: log `events`, then go on or fail with `why`."""
+
+    carry_on: bool
+    remaining: int = 0  # workers still training (neither finished nor dropped)
+    why: str = ""  # when not carry_on: why the run cannot go on without the worker
     events: list[Record] = field(default_factory=list)
 
 
@@ -72,16 +87,73 @@ class PSCore:
         self.done: set[int] = set()
         self._pending: list[int] = []  # sync: ranks whose fresh gradient is stored, in arrival order
         self._held: set[int] = set()  # ssp: ranks whose reply is being delayed
+        self.lost: set[int] = set()  # async: workers dropped (dead or hung); they never come back
+        self._heard: list[float | None] = [None] * world  # last sign of life, on the server's clock
 
     @property
     def all_done(self) -> bool:
-        return len(self.done) == self.world
+        """Every worker said goodbye or was dropped (only async drops workers)."""
+        return len(self.done) + len(self.lost) == self.world
+
+    @property
+    def remaining(self) -> int:
+        """Workers still training: neither finished nor dropped."""
+        return self.world - len(self.done) - len(self.lost)
 
     def waiting_for_reply(self, worker: int) -> bool:
         """True while the PS owes `worker` weights (so its silence is not a hang)."""
         return worker in self._pending or worker in self._held
 
+    def heard(self, worker: int, now: float) -> None:
+        """`worker` showed a sign of life at `now` (a message from it, or a reply the PS queued for it:
+        its silence counts from then on). `now` is any monotonic clock, the same as `silent`'s."""
+        self._heard[worker] = now
+
+    def silent(self, now: float, timeout: float) -> list[int]:
+        """Workers that hang: nothing heard for more than `timeout` although the PS owes them nothing.
+
+        Finished and dropped workers, and workers never heard of (not started), are not counted.
+        """
+        return [
+            w for w, t in enumerate(self._heard)
+            if t is not None and now - t > timeout and w not in self.done and w not in self.lost
+            and not self.waiting_for_reply(w)
+        ]
+
+    def lose(self, worker: int, reason: str) -> Loss:
+        """`worker` is gone (`reason`: "connection closed", "sent nothing for 60 s", ...).
+
+        Only `async` goes on without it. The others fail as they always did:
+        - `ps`: a synchronous step needs every worker's gradient, so it can never complete again.
+        - `ssp`: the dead worker's clock stops, so once the others are `staleness` steps ahead the
+          bound holds every reply forever; dropping it from the bound would silently turn the run
+          into a different SSP run than the one configured.
+        - `backup`: the quorum of N-b could still be met while no more than b workers are gone, but
+          a dead worker silently uses up a backup for the rest of the run: the run would measure
+          b-1 (eventually 0) backups against stragglers while reporting b, and every `step` record
+          would call the dead rank "discarded". A failure that names the worker is the honest result.
+        """
+        if not 0 <= worker < self.world:
+            raise ValueError(f"no worker {worker} in a world of {self.world}")
+        if worker in self.done or worker in self.lost:  # a goodbye's FIN, or a second report
+            return Loss(carry_on=True, remaining=self.remaining)
+        if self.strategy != "async":
+            why = {
+                "ps": "a synchronous step cannot complete without it",
+                "ssp": "the staleness bound would hold the other workers forever",
+                "backup": "a dead worker would silently use up a backup worker for the rest of the run",
+            }[self.strategy]
+            return Loss(carry_on=False, remaining=self.remaining, why=why)
+        self.lost.add(worker)
+        event = {"event": "worker_lost", "t": self.clock(), "worker": worker,
+                 "worker_step": self.clocks[worker] - 1, "reason": reason}
+        if len(self.lost) == self.world:
+            return Loss(carry_on=False, remaining=0, why=f"all {self.world} workers are lost", events=[event])
+        return Loss(carry_on=True, remaining=self.remaining, events=[event])
+
     def bye(self, worker: int) -> None:
+        if worker in self.lost:
+            raise ValueError(f"worker {worker} said goodbye after it was dropped")
         if self.clocks[worker] != self.steps:
             raise ValueError(f"worker {worker} said goodbye after {self.clocks[worker]}/{self.steps} steps")
         self.done.add(worker)
@@ -90,6 +162,8 @@ class PSCore:
         """A complete gradient from `worker` for its step `worker_step`, computed on `grad_version`."""
         if not 0 <= worker < self.world:
             raise ValueError(f"no worker {worker} in a world of {self.world}")
+        if worker in self.lost:
+            raise ValueError(f"worker {worker} pushed after it was dropped")
         if worker_step != self.clocks[worker] or worker_step >= self.steps:
             raise ValueError(f"worker {worker} pushed step {worker_step}, expected {self.clocks[worker]}")
         if self.waiting_for_reply(worker):
