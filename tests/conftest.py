@@ -6,6 +6,8 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -30,9 +32,9 @@ def have_network_tools() -> str | None:
     return None
 
 
-@pytest.fixture
-def clean_host():
-    """Integration tests start on a clean host and must leave it clean."""
+@contextmanager
+def guarded_host(what: str = "the test") -> Iterator[None]:
+    """Skip without root and tools; start on a clean host; fail if `what` left anything behind."""
     reason = have_network_tools()
     if reason:
         pytest.skip(reason)
@@ -42,7 +44,14 @@ def clean_host():
     yield
     left = find_leftovers()
     clean_all()
-    assert left.empty(), f"the test left {left.describe()}"
+    assert left.empty(), f"{what} left {left.describe()}"
+
+
+@pytest.fixture
+def clean_host():
+    """Integration tests start on a clean host and must leave it clean."""
+    with guarded_host():
+        yield
 
 
 def run_cli(args: list[str], timeout: float = 300, **kw) -> subprocess.CompletedProcess[str]:

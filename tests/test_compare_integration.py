@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from analysis.cli import analyze_counts
-from tests.conftest import run_cli
+from tests.conftest import guarded_host, run_cli
 
 pytestmark = pytest.mark.integration
 
@@ -23,20 +23,10 @@ KEYS = ("workers", "steps", "grad_bytes", "iter_time_s", "comm_time_s", "final_l
 @pytest.fixture(scope="module")
 def compare_run(tmp_path_factory):
     """One short default compare run (7 workers, default fabric) shared by the checks below."""
-    from tests.conftest import have_network_tools
-
-    reason = have_network_tools()
-    if reason:
-        pytest.skip(reason)
-    from incastlab.cleanup import clean_all, find_leftovers
-
-    clean_all()
     results = tmp_path_factory.mktemp("results")
-    proc = run_cli(["compare", "--steps", "4", "--results", str(results)], timeout=900)
-    left = find_leftovers()
-    clean_all()
+    with guarded_host("compare"):
+        proc = run_cli(["compare", "--steps", "4", "--results", str(results)], timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert left.empty(), f"compare left {left.describe()}"
     return results / "latest", proc
 
 

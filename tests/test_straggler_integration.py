@@ -7,7 +7,7 @@ import json
 import pytest
 
 from incastlab.runfolder import read_jsonl
-from tests.conftest import run_cli
+from tests.conftest import guarded_host, run_cli
 
 pytestmark = pytest.mark.integration
 
@@ -15,20 +15,11 @@ pytestmark = pytest.mark.integration
 @pytest.fixture(scope="module")
 def straggler_run(tmp_path_factory):
     """The shipped straggler scenario, shortened: 3 workers, h3 (rank 1) slow, 6 steps."""
-    from incastlab.cleanup import clean_all, find_leftovers
-    from tests.conftest import have_network_tools
-
-    reason = have_network_tools()
-    if reason:
-        pytest.skip(reason)
-    clean_all()
     results = tmp_path_factory.mktemp("straggler")
-    proc = run_cli(["straggler", "--workers", "3", "--steps", "6", "--strategies",
-                    "ps,ring,allreduce,async,ssp,backup", "--results", str(results)], timeout=1200)
-    left = find_leftovers()
-    clean_all()
+    with guarded_host("straggler"):
+        proc = run_cli(["straggler", "--workers", "3", "--steps", "6", "--strategies",
+                        "ps,ring,allreduce,async,ssp,backup", "--results", str(results)], timeout=1200)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert left.empty(), left.describe()
     run = results / "latest"
     return run, json.loads((run / "summary.json").read_text())
 
