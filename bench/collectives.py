@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     terminate_as_interrupt()
     spec = FabricSpec(host_mbit=args.host_mbit, uplink_mbit=args.host_mbit)
-    folder = RunFolder(Path("results"), name=time.strftime("bench-%Y%m%d-%H%M%S"))
+    folder = RunFolder(Path("results"), name=time.strftime("bench-%Y%m%d-%H%M%S"), link_latest=False)
     rows = []
 
     def say(msg: str) -> None:
@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
 
     with fabric_session(spec, folder.path, interval=0.5, progress=say) as sess:
         for size in (float(x) for x in args.sizes.split(",")):
-            sub = RunFolder(folder.path, name=f"size-{size:g}")
+            sub = RunFolder(folder.path, name=f"size-{size:g}", link_latest=False)
             cfg = ExperimentConfig(fabric=spec, workers=args.workers, strategies=["ring", "ps"],
                                    steps=args.steps, grad_mb=size, batch=1, capture="none", interval=0.5)
             cfg.validate()

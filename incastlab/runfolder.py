@@ -49,7 +49,7 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
 class RunFolder:
     """results/<YYYYmmdd-HHMMSS>/ with a `latest` link beside it."""
 
-    def __init__(self, root: Path, name: str | None = None) -> None:
+    def __init__(self, root: Path, name: str | None = None, link_latest: bool = True) -> None:
         base = name or time.strftime("%Y%m%d-%H%M%S")
         path = root / base
         k = 1
@@ -58,6 +58,11 @@ class RunFolder:
             path = root / f"{base}-{k}"
         self.path = path
         self.path.mkdir(parents=True)
+        if link_latest:
+            self._link_latest(root)
+
+    def _link_latest(self, root: Path) -> None:
+        """results/latest -> this run (what `make report` reads by default)."""
         latest = root / "latest"
         try:
             if latest.is_symlink() or latest.exists():

@@ -1,0 +1,29 @@
+"""The run folder: unique names, the latest link, atomic JSON, JSON lines that survive a torn write."""
+
+from __future__ import annotations
+
+import json
+
+from incastlab.runfolder import RunFolder, read_jsonl, write_json
+
+
+def test_latest_follows_runs_but_not_benchmarks(tmp_path):
+    a = RunFolder(tmp_path, name="run")
+    b = RunFolder(tmp_path, name="run")
+    assert a.path != b.path and b.path.name == "run-2"
+    assert (tmp_path / "latest").resolve() == b.path.resolve()
+    RunFolder(tmp_path, name="bench-x", link_latest=False)
+    assert (tmp_path / "latest").resolve() == b.path.resolve()
+
+
+def test_write_json_leaves_no_temporary_file(tmp_path):
+    write_json(tmp_path / "d" / "summary.json", {"a": 1})
+    assert json.loads((tmp_path / "d" / "summary.json").read_text()) == {"a": 1}
+    assert [p.name for p in (tmp_path / "d").iterdir()] == ["summary.json"]
+
+
+def test_a_torn_last_line_is_skipped(tmp_path):
+    log = tmp_path / "worker-0.jsonl"
+    log.write_text('{"step": 0}\n{"step": 1}\n{"st')
+    assert read_jsonl(log) == [{"step": 0}, {"step": 1}]
+    assert read_jsonl(tmp_path / "missing.jsonl") == []
