@@ -240,6 +240,7 @@ def summarize(run_dir: Path) -> dict[str, Any]:
     strategies: dict[str, Any] = {}
     all_complete = True
     capture_complete = True
+    counts = {"packets_captured": 0, "packets_dropped_kernel": 0, "incomplete_points": []}
     for name in config.get("strategies", []):
         sdir = run_dir / name
         if not sdir.is_dir():
@@ -256,12 +257,17 @@ def summarize(run_dir: Path) -> dict[str, Any]:
             fig["pcap_error"] = f"{type(exc).__name__}: {exc}"
             fig["capture_complete"] = False
         fig.update(ps_figures(sdir))
+        for pt in (_load(sdir / "capture.json", {}) or {}).get("points", []):
+            counts["packets_captured"] += int(pt.get("packets_captured") or 0)
+            counts["packets_dropped_kernel"] += int(pt.get("packets_dropped_kernel") or 0)
+            if not pt.get("complete"):
+                counts["incomplete_points"].append(f"{name}/{pt.get('name')}")
         capture_complete &= bool(fig.get("capture_complete")) or config.get("capture") == "none"
         all_complete &= fig["state"] == "complete"
         strategies[name] = fig
     summary = {"config": config, "strategies": strategies,
                "capture": {"complete": capture_complete and config.get("capture") != "none",
-                           "enabled": config.get("capture") != "none"},
+                           "enabled": config.get("capture") != "none", **counts},
                "complete": all_complete}
     write_json(run_dir / "summary.json", summary)
     return summary

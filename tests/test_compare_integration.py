@@ -39,6 +39,9 @@ def test_summary_has_every_documented_key(compare_run):
         assert not missing, f"{name} lacks {missing}"
         assert fig["workers"] == 7 and fig["steps"] == 4 and fig["state"] == "complete"
     assert summary["config"]["fabric"]["spines"] == 2 and summary["complete"] is True
+    cap = summary["capture"]
+    assert cap["enabled"] and cap["packets_captured"] > 0
+    assert cap["complete"] == (cap["packets_dropped_kernel"] == 0 and not cap["incomplete_points"])
 
 
 def test_ps_collapses_at_its_port_and_ring_spreads(compare_run):
