@@ -174,8 +174,7 @@ def _finish(run_dir: Path, say: Any, summarize: Any, table: Any, error: str | No
         from analysis.report import build_report
 
         built = build_report(run_dir)
-        say(f"report: {built['files']['html']}")
-        print(f"report: {built['files']['html']}")
+        print(f"report: {built['files']['html']}", flush=True)
     except Exception as exc:  # noqa: BLE001
         say(f"report failed: {type(exc).__name__}: {exc} (rebuild with `incastlab report {run_dir}`)")
 
