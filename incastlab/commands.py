@@ -203,11 +203,10 @@ def register(sub: Any) -> None:
                            "compare")
     _add_experiment_parser(sub, "straggler", "sync, async, SSP and backup workers with one straggler",
                            "straggler")
-    for name, module, func, text in (
-        ("report", "analysis.report", "report_main", "rebuild the report of a saved run folder"),
-        ("analyze", "analysis.cli", "analyze_main", "count retransmissions, dup ACKs... of any pcap"),
-        ("inspect", "analysis.cli", "inspect_main", "print one flow's packets with what each is"),
-    ):
-        p = sub.add_parser(name, help=text, add_help=False)
+    helps = {"report": "rebuild the report of a saved run folder",
+             "analyze": "count retransmissions, dup ACKs... of any pcap",
+             "inspect": "print one flow's packets with what each is"}
+    for name, (module, func) in DELEGATED.items():  # listed for --help; main() hands them argv
+        p = sub.add_parser(name, help=helps[name], add_help=False)
         p.add_argument("rest", nargs=argparse.REMAINDER)
         p.set_defaults(func=_delegate(module, func))
