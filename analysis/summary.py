@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from incastlab.runfolder import read_jsonl, write_json
+from incastlab.runfolder import read_jsonl, read_steps, write_json
 
 
 def _load(path: Path, default: Any = None) -> Any:
@@ -31,7 +31,7 @@ def worker_figures(sdir: Path) -> dict[str, Any]:
     per_step: dict[int, list[dict[str, Any]]] = {}
     workers = 0
     for log in logs:
-        rows = [r for r in read_jsonl(log) if "step" in r and "event" not in r]
+        rows = read_steps(log)
         if rows:
             workers += 1
         for r in rows:

@@ -19,15 +19,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from incastlab.runfolder import RunFolder, read_jsonl, write_json
+from incastlab.runfolder import RunFolder, read_steps, write_json
 
 
 def comm_times(sdir: Path, skip: int = 1) -> list[float]:
     """Per step, the slowest worker's communication time (steps after the first `skip`)."""
     per_step: dict[int, float] = {}
     for log in sdir.glob("worker-*.jsonl"):
-        for r in read_jsonl(log):
-            if "step" in r and "event" not in r and r["step"] >= skip:
+        for r in read_steps(log):
+            if r["step"] >= skip:
                 per_step[r["step"]] = max(per_step.get(r["step"], 0.0), r["comm_s"])
     return [per_step[k] for k in sorted(per_step)]
 

@@ -141,17 +141,15 @@ def remove(left: Leftovers) -> None:
         for b in left.bridges:
             argv += ["--", "--if-exists", "del-br", b]
         _out(argv)
-    _destroy_qos()
+    _destroy_qos(left.qos)
     for name in left.veths:
         _out(["ip", "link", "del", name])
     for ns in left.netns:
         _out(["ip", "netns", "del", ns])
 
 
-def _destroy_qos() -> None:
-    """Drop the QoS and queue rows incastlab created (OVS keeps them until destroyed)."""
-    qos = _out(["ovs-vsctl", "--timeout=5", "--bare", "--columns=_uuid", "find", "qos",
-                "external-ids:incastlab=1"]).split()
+def _destroy_qos(qos: list[str]) -> None:
+    """Drop the QoS rows found and the queue rows incastlab created (OVS keeps both until destroyed)."""
     queues = _out(["ovs-vsctl", "--timeout=5", "--bare", "--columns=_uuid", "find", "queue",
                    "external-ids:incastlab=1"]).split()
     if not qos and not queues:

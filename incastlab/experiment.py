@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from incastlab.runfolder import RunFolder, read_jsonl, write_json, write_jsonl
+from incastlab.runfolder import RunFolder, read_jsonl, read_steps, write_json, write_jsonl
 from incastlab.session import Session
 from topologies.spec import FabricSpec, SpecError
 
@@ -73,7 +73,7 @@ class ExperimentConfig:
     def validate(self) -> None:
         """Refuse a run that cannot happen, naming the field."""
         hosts = self.fabric.host_names
-        others = [h for h in hosts if h != self.fabric.ps_host]
+        others = self.candidate_hosts
         if self.workers < 0 or self.workers > len(others):
             raise SpecError(f"workers must be 1..{len(others)} (hosts but the PS), got {self.workers}")
         n = self.n_workers
@@ -123,16 +123,19 @@ class ExperimentConfig:
         return [parse_fault(f, plan, self.n_workers) for f in self.faults]
 
     @property
+    def candidate_hosts(self) -> list[str]:
+        """Every host but the PS, in name order: where workers may run."""
+        return [h for h in self.fabric.host_names if h != self.fabric.ps_host]
+
+    @property
     def n_workers(self) -> int:
         """How many workers train."""
-        others = [h for h in self.fabric.host_names if h != self.fabric.ps_host]
-        return self.workers or len(others)
+        return self.workers or len(self.candidate_hosts)
 
     @property
     def worker_hosts(self) -> list[str]:
-        """The hosts that run workers, rank order: every host but the PS, in name order."""
-        others = [h for h in self.fabric.host_names if h != self.fabric.ps_host]
-        return others[: self.n_workers]
+        """The hosts that run workers, in rank order."""
+        return self.candidate_hosts[: self.n_workers]
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready parameters (also the keys the report reads)."""
@@ -287,8 +290,7 @@ class StrategyRun:
         done = {}
         for p in self.procs:
             if p.role == "worker":
-                rows = [r for r in read_jsonl(p.log) if "step" in r and "event" not in r]
-                done[p.rank] = len(rows)
+                done[p.rank] = len(read_steps(p.log))
         return done
 
     def _last_err(self, p: Proc) -> str:

@@ -46,6 +46,11 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
     return rows
 
 
+def read_steps(path: Path) -> list[dict[str, Any]]:
+    """A worker log's step records (its `done` line and other events left out)."""
+    return [r for r in read_jsonl(path) if "step" in r and "event" not in r]
+
+
 class RunFolder:
     """results/<YYYYmmdd-HHMMSS>/ with a `latest` link beside it."""
 
