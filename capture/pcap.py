@@ -17,6 +17,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -38,14 +39,15 @@ class CaptureError(RuntimeError):
 class CapturePoint:
     """Where to capture: `popen` runs an argv list in the interface's network namespace.
 
-    Use Mininet's `host.popen` for a host's interface and plain `subprocess.Popen` for a switch
-    port (switch ports live in the root namespace).
+    Use Mininet's `host.popen` for a host's interface (it detaches the process) and the default
+    for a switch port (switch ports live in the root namespace): its own session, so a terminal's
+    Ctrl-C does not stop it before the runner has drained and counted it.
     """
 
     name: str
     iface: str
     file: Path
-    popen: Callable[..., subprocess.Popen[Any]] = subprocess.Popen
+    popen: Callable[..., subprocess.Popen[Any]] = partial(subprocess.Popen, start_new_session=True)
 
 
 @dataclass

@@ -74,8 +74,10 @@ class ControllerProcess:
             argv += ["--record", str(self.record)]
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         with open(self.log_file, "ab") as log:
+            # its own session: a terminal's Ctrl-C reaches the runner only, which stops it in turn
             self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env,
-                                         cwd=str(Path(__file__).resolve().parent.parent))
+                                         cwd=str(Path(__file__).resolve().parent.parent),
+                                         start_new_session=True)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

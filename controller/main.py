@@ -68,6 +68,12 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as exc:
         print(f"controller: cannot listen on {args.api_host}:{args.api_port}: {exc}", file=sys.stderr)
         return 2
+    import os
+    import signal
+
+    # SIGTERM ends the process at once: eventlet would otherwise ignore it until killed. The
+    # record file is line-buffered, so nothing written is lost.
+    signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
     app.CONFIG.update(plan=plan, interval=args.interval, record=args.record, phase_file=args.phase_file,
                       api_socket=api_socket)
     cfg.CONF(args=["--ofp-tcp-listen-port", str(args.of_port)], project="os_ken")

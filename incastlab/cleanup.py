@@ -53,9 +53,10 @@ class Leftovers:
         return ", ".join(parts) or "nothing"
 
 
-def _out(argv: list[str]) -> str:
+def _out(argv: list[str], stdin: str | None = None, timeout: float = 20) -> str:
+    """A command's stdout ('' if it is missing or overran `timeout`): sweeps never hang."""
     try:
-        return subprocess.run(argv, capture_output=True, text=True, timeout=20).stdout
+        return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, input=stdin).stdout
     except (FileNotFoundError, subprocess.TimeoutExpired):
         return ""
 
@@ -73,9 +74,10 @@ def _ancestors() -> set[int]:
     return pids
 
 
-def marked_pids() -> list[int]:
-    """Processes that carry the run marker in their environment (not this one or its parents)."""
+def marked_pids(run: str | None = None) -> list[int]:
+    """Processes that carry the run marker (of any run, or of `run`), not this one or its parents."""
     mine = _ancestors()
+    needle = (MARKER + "=" + (run + "\0" if run else "")).encode()
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit() or int(entry.name) in mine:
@@ -84,9 +86,14 @@ def marked_pids() -> list[int]:
             env = (entry / "environ").read_bytes()
         except OSError:
             continue
-        if (MARKER + "=").encode() in env and not _zombie(int(entry.name)):
+        if needle in env and not _zombie(int(entry.name)):
             found.append(int(entry.name))
     return sorted(found)
+
+
+def run_pids(run: str) -> list[int]:
+    """Processes started by the run whose marker value is `run` ([] for an empty value)."""
+    return marked_pids(run) if run else []
 
 
 def find_leftovers() -> Leftovers:
@@ -134,16 +141,20 @@ def _zombie(pid: int) -> bool:
 
 
 def remove(left: Leftovers) -> None:
-    """Remove what find_leftovers found: processes first, then bridges, QoS rows, veths."""
+    """Remove what find_leftovers found: processes first, then bridges, QoS rows, veths.
+
+    Every step is one command with a timeout (one OVS transaction for all bridges, one `ip -batch`
+    for all veths), so a sweep takes seconds however large the fabric was.
+    """
     kill_pids(left.pids)
     if left.bridges:
-        argv = ["ovs-vsctl", "--timeout=20"]
+        argv = ["ovs-vsctl", "--timeout=15"]
         for b in left.bridges:
             argv += ["--", "--if-exists", "del-br", b]
-        _out(argv)
+        _out(argv, timeout=20)
     _destroy_qos(left.qos)
-    for name in left.veths:
-        _out(["ip", "link", "del", name])
+    if left.veths:  # deleting one end of a veth pair deletes both; -force goes on past the gone ones
+        _out(["ip", "-force", "-batch", "-"], stdin="".join(f"link del {v}\n" for v in left.veths))
     for ns in left.netns:
         _out(["ip", "netns", "del", ns])
 

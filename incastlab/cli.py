@@ -162,12 +162,23 @@ def _add_late_commands(sub: Any) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `incastlab` console script."""
-    from controller.launch import ControllerError
-    from incastlab.session import SessionError, terminate_as_interrupt
-    from topologies.fabric import FabricError
+    from incastlab.session import INTERRUPTS
 
+    INTERRUPTS.install()  # before anything else: no moment of a run is without the handlers
     argv = sys.argv[1:] if argv is None else argv
+    command = argv[0] if argv else "incastlab"
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:
+        print(f"incastlab {command}: interrupted; the fabric was taken down", file=sys.stderr)
+        return 130
+
+
+def _main(argv: list[str]) -> int:
+    from controller.launch import ControllerError
     from incastlab.commands import DELEGATED
+    from incastlab.session import SessionError
+    from topologies.fabric import FabricError
 
     if argv and argv[0] in DELEGATED:  # their own parsers own every flag, --help included
         import importlib
@@ -176,15 +187,11 @@ def main(argv: list[str] | None = None) -> int:
         return int(getattr(importlib.import_module(module), func)(argv[1:]))
     parser = build_parser()
     args = parser.parse_args(argv)
-    terminate_as_interrupt()
     try:
         return int(args.func(args) or 0)
     except (SpecError, UsageError, SessionError, FabricError, ControllerError) as exc:
         print(f"incastlab {args.command}: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    except KeyboardInterrupt:
-        print(f"incastlab {args.command}: interrupted; the fabric was taken down", file=sys.stderr)
-        return 130
 
 
 if __name__ == "__main__":

@@ -165,6 +165,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 def _finish(run_dir: Path, say: Any, summarize: Any, table: Any, error: str | None) -> None:
     """Summary, report and table of whatever the run produced (also after a failure)."""
     try:
+        say("summary: computing figures")
         summary = summarize(run_dir)
         print(table(summary), flush=True)
     except Exception as exc:  # noqa: BLE001 - the run's files stay; the report can be rebuilt
@@ -173,6 +174,7 @@ def _finish(run_dir: Path, say: Any, summarize: Any, table: Any, error: str | No
     try:
         from analysis.report import build_report
 
+        say("report: building")
         built = build_report(run_dir)
         print(f"report: {built['files']['html']}", flush=True)
     except Exception as exc:  # noqa: BLE001

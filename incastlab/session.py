@@ -17,7 +17,7 @@ from types import FrameType
 from typing import Any
 
 from controller.launch import ControllerProcess
-from incastlab.cleanup import MARKER, find_leftovers
+from incastlab.cleanup import MARKER, find_leftovers, kill_pids, run_pids
 from topologies.fabric import Fabric, ensure_ovs
 from topologies.spec import FabricSpec, build_plan
 
@@ -31,14 +31,50 @@ def mark_run() -> None:
     os.environ.setdefault(MARKER, str(os.getpid()))
 
 
-def _raise_interrupt(signum: int, _frame: FrameType | None) -> None:
-    raise KeyboardInterrupt(f"signal {signum}")
+class Interrupts:
+    """SIGINT, SIGTERM and SIGHUP unwind like Ctrl-C, except while the fabric is taken down.
+
+    A signal that lands inside `shielded()` (teardown) is remembered instead of raised, so a second
+    Ctrl-C cannot cut the teardown short and leave half a fabric; it is raised when the shield
+    ends. Installed first thing in the command, so no moment of a run is without it.
+    """
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+    def __init__(self) -> None:
+        self.shield_depth = 0
+        self.pending: int | None = None
+
+    def install(self) -> None:
+        """Route the three signals to this object (main thread only, as Python requires)."""
+        for sig in self.SIGNALS:
+            signal.signal(sig, self._on_signal)
+
+    def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
+        if self.shield_depth:
+            self.pending = signum
+            return
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    @contextmanager
+    def shielded(self) -> Iterator[None]:
+        """Defer the signals until the block ends (then raise one that came, if none is unwinding)."""
+        self.shield_depth += 1
+        try:
+            yield
+        finally:
+            self.shield_depth -= 1
+        if not self.shield_depth and self.pending is not None:
+            signum, self.pending = self.pending, None
+            raise KeyboardInterrupt(f"signal {signum}")
+
+
+INTERRUPTS = Interrupts()
 
 
 def terminate_as_interrupt() -> None:
-    """SIGTERM and SIGHUP unwind like Ctrl-C, so `finally` blocks tear the fabric down."""
-    for sig in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, _raise_interrupt)
+    """SIGINT, SIGTERM and SIGHUP unwind like Ctrl-C, so `finally` blocks tear the fabric down."""
+    INTERRUPTS.install()
 
 
 def preflight(spec: FabricSpec) -> None:
@@ -94,6 +130,7 @@ def fabric_session(spec: FabricSpec, workdir: Path, api_port: int = 8080, of_por
         fabric.wait_connected()
         say(f"fabric up in {time.monotonic() - t0:.1f} s ({fabric.datapath} datapath)")
         if ping:
+            say("all-pairs ping: starting")
             loss = fabric.net.pingAll(timeout=1)
             if loss > 0:
                 loss = fabric.net.pingAll(timeout=1)  # first packets may race the flow install
@@ -102,5 +139,14 @@ def fabric_session(spec: FabricSpec, workdir: Path, api_port: int = 8080, of_por
             say("all-pairs ping: no loss")
         yield Session(fabric, controller)
     finally:
+        with INTERRUPTS.shielded():
+            teardown(fabric, controller)
+
+
+def teardown(fabric: Fabric, controller: ControllerProcess) -> None:
+    """Fabric, then controller, then anything this run started that still runs (bounded time)."""
+    try:
         fabric.stop()
+    finally:
         controller.stop()
+        kill_pids(run_pids(os.environ.get(MARKER, "")))

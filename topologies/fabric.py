@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
-import threading
 import time
 from collections.abc import Iterator
 from functools import partial
@@ -100,14 +100,35 @@ def make_topo(spec: FabricSpec) -> Any:
     return LeafSpineTopo()
 
 
-STOP_TIMEOUT = 60.0
+SHELL_EXIT_TIMEOUT = 5.0
 
 
-def _quiet_stop(net: Any) -> None:
-    try:
-        net.stop()
-    except Exception:  # noqa: BLE001 - teardown must go on; leftovers are swept after it
-        pass
+def end_node_shells(net: Any) -> None:
+    """SIGKILL every Mininet node shell and release what Mininet holds for it (ptys, cgroups).
+
+    Mininet's own `net.stop()` talks to each shell (`ip link del` through `node.cmd`), and a shell
+    whose last command was cut short by Ctrl-C never answers again: teardown then hangs. Here no
+    shell is asked anything; bridges and veths are removed afterwards from the root namespace.
+    """
+    nodes = list(net.hosts) + list(net.switches) + list(net.controllers)
+    shells = [(node, node.shell) for node in nodes if getattr(node, "shell", None) is not None]
+    for _node, shell in shells:
+        if shell.poll() is None:
+            try:
+                os.killpg(shell.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                shell.kill()
+    deadline = time.monotonic() + SHELL_EXIT_TIMEOUT
+    for node, shell in shells:
+        try:
+            shell.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            pass
+        node.waitExited = False
+        try:
+            node.cleanup()  # closes the pty; a CPULimitedHost also deletes its cgroup
+        except Exception:  # noqa: BLE001 - teardown goes on; leftovers are found and named
+            pass
 
 
 class Fabric:
@@ -169,26 +190,10 @@ class Fabric:
                           f"within {timeout:.0f} s")
 
     def stop(self) -> None:
-        """Tear the network down; leaves no bridge, veth or host shell behind."""
+        """Tear the network down in bounded time; leaves no bridge, veth, shell or cgroup behind."""
         net, self.net = self.net, None
         if net is not None:
-            # Mininet's stop talks to each host shell; if one is wedged it would block forever
-            stopper = threading.Thread(target=_quiet_stop, args=(net,), daemon=True)
-            stopper.start()
-            stopper.join(STOP_TIMEOUT)
-            nodes = net.hosts + net.switches + net.controllers
-            shells = [node.shell for node in nodes if getattr(node, "shell", None)]
-            if stopper.is_alive():
-                for shell in shells:
-                    if shell.poll() is None:
-                        shell.kill()
-            for shell in shells:  # Mininet signals its shells but does not wait for them
-                if shell.poll() is None:
-                    shell.terminate()
-                try:
-                    shell.wait(timeout=5)
-                except subprocess.TimeoutExpired:
-                    shell.kill()
+            end_node_shells(net)
         from incastlab.cleanup import sweep_fabric
 
         sweep_fabric(self.plan)
