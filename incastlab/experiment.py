@@ -166,16 +166,49 @@ class Proc:
         return "parameter server" if self.role == "ps" else f"worker {self.rank} ({self.host})"
 
 
-def _snmp_counters(host: Any) -> dict[str, int]:
-    """TCP retransmissions and interface bytes inside one host's namespace."""
-    text = host.cmd("cat /proc/net/snmp /proc/net/dev")
-    out = {"tcp_retransmits": 0, "tx_bytes": 0, "rx_bytes": 0}
-    tcp = [ln.split() for ln in text.splitlines() if ln.startswith("Tcp:")]
-    if len(tcp) >= 2:
-        out["tcp_retransmits"] = int(dict(zip(tcp[0][1:], tcp[1][1:], strict=False)).get("RetransSegs", 0))
-    m = re.search(rf"{host.name}-eth0:\s*(\d+)(?:\s+\d+){{7}}\s+(\d+)", text)
+def parse_nstat(snmp: str, netstat: str) -> dict[str, int]:
+    """/proc/net/snmp and /proc/net/netstat as nstat names them (TcpRetransSegs, TcpExtTCPTimeouts, ...).
+
+    Both files hold pairs of lines, a header line of field names and a line of values, each line
+    starting with its group ("Tcp:", "TcpExt:"); only the TCP groups are kept.
+    """
+    out: dict[str, int] = {}
+    for text in (snmp, netstat):
+        lines = [ln.split() for ln in text.splitlines() if ln.strip()]
+        for head, vals in zip(lines[::2], lines[1::2], strict=False):
+            group = head[0].rstrip(":")
+            if group not in ("Tcp", "TcpExt") or vals[0] != head[0]:
+                continue
+            for name, val in zip(head[1:], vals[1:], strict=False):
+                try:
+                    out[group + name] = int(val)
+                except ValueError:
+                    continue
+    return out
+
+
+def host_counters(host: Any) -> dict[str, Any]:
+    """TCP counters and interface bytes of one host's network namespace, read from /proc/<pid>/net.
+
+    Read through the host shell's pid, not by running a command in the shell: a shell whose last
+    command was cut short by Ctrl-C never answers again, while its /proc files always do.
+    """
+    base = Path(f"/proc/{host.shell.pid}/net")
+    kernel = parse_nstat((base / "snmp").read_text(), (base / "netstat").read_text())
+    out: dict[str, Any] = {"tcp_retransmits": kernel.get("TcpRetransSegs", 0), "tx_bytes": 0, "rx_bytes": 0}
+    m = re.search(rf"{host.name}-eth0:\s*(\d+)(?:\s+\d+){{7}}\s+(\d+)", (base / "dev").read_text())
     if m:
         out["rx_bytes"], out["tx_bytes"] = int(m.group(1)), int(m.group(2))
+    out["kernel"] = kernel
+    return out
+
+
+def counter_deltas(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
+    """after - before of host_counters; `kernel` keeps only the counters that moved (gauges such
+    as TcpCurrEstab are differences too, read them as such)."""
+    out: dict[str, Any] = {k: after[k] - before[k] for k in ("tcp_retransmits", "tx_bytes", "rx_bytes")}
+    kb, ka = before.get("kernel", {}), after.get("kernel", {})
+    out["kernel"] = {k: v - kb.get(k, 0) for k, v in sorted(ka.items()) if v - kb.get(k, 0)}
     return out
 
 
@@ -376,7 +409,7 @@ class StrategyRun:
     def run(self) -> dict[str, Any]:
         """Run the strategy; always leaves status.json saying how it ended."""
         hosts = [h["name"] for h in self.s.plan["hosts"]]
-        before = {h: _snmp_counters(self.s.fabric.host(h)) for h in hosts}
+        before = {h: host_counters(self.s.fabric.host(h)) for h in hosts}
         write_json(self.out / "status.json", {"state": "running", "error": None})
         state, error = "incomplete", None
         self.s.controller.set_phase(state="starting", strategy=self.strategy, step=0, steps=self.cfg.steps)
@@ -419,9 +452,8 @@ class StrategyRun:
     def _save_records(self, before: dict[str, dict[str, int]], hosts: list[str]) -> None:
         """Kernel counters per host and the controller's samples of this strategy's window."""
         try:
-            after = {h: _snmp_counters(self.s.fabric.host(h)) for h in hosts}
-            write_json(self.out / "hosts.json", {h: {k: after[h][k] - before[h][k] for k in after[h]}
-                                                 for h in hosts})
+            after = {h: host_counters(self.s.fabric.host(h)) for h in hosts}
+            write_json(self.out / "hosts.json", {h: counter_deltas(before[h], after[h]) for h in hosts})
         except Exception as exc:  # noqa: BLE001 - a dead host shell must not lose the other records
             self.say(f"{self.strategy}: could not read host counters: {exc}")
         since = self.t_start - 3 * self.cfg.interval
