@@ -1,7 +1,16 @@
-"""Shared fixtures: root/tool checks, a clean host before and after every integration test."""
+"""Shared fixtures: root/tool checks, a host guard around every integration test, strict skips in CI.
+
+- `require(reason)`: skip when `reason` is not None (no root, a missing tool, no browser).
+- With the environment variable CI=true every skip, from `require`, `pytest.skip`, a skipif
+  mark or `pytest.importorskip`, fails the run instead: CI must not go green by running nothing.
+- `guarded_host()` / the `clean_host` fixture: refuse to start when the host holds anyone's
+  fabric or marked processes (never delete them: another experiment may be running); afterwards
+  remove what the test left and fail it if it left anything.
+"""
 
 from __future__ import annotations
 
+import itertools
 import os
 import shutil
 import subprocess
@@ -9,6 +18,7 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -16,6 +26,48 @@ ROOT = Path(__file__).resolve().parent.parent
 VENV_BIN = Path(sys.executable).parent
 
 
+# -- skips that CI does not accept ---------------------------------------------------------------
+def ci_strict() -> bool:
+    """True when CI=true (or 1/yes/on): skipping a test then fails the run."""
+    return os.environ.get("CI", "").strip().lower() in {"1", "true", "yes", "on"}
+
+
+def require(reason: str | None) -> None:
+    """Skip the test when `reason` (why it cannot run here) is not None; under CI=true that fails."""
+    if reason:
+        pytest.skip(reason)
+
+
+def _skip_reason(longrepr: Any) -> str:
+    if isinstance(longrepr, tuple) and len(longrepr) == 3:  # (file, line, "Skipped: reason")
+        return str(longrepr[2]).removeprefix("Skipped: ")
+    return str(longrepr)
+
+
+def _fail_skip(report: Any) -> None:
+    report.outcome = "failed"
+    report.longrepr = f"skipped, and CI=true does not allow skips: {_skip_reason(report.longrepr)}"
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    """Under CI=true a skipped test (setup or call) is reported as failed; xfail stays xfail."""
+    report = yield
+    if ci_strict() and report.skipped and not hasattr(report, "wasxfail"):
+        _fail_skip(report)
+    return report
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_make_collect_report(collector: pytest.Collector) -> Any:
+    """Under CI=true a module skipped at import (importorskip, allow_module_level) is an error."""
+    report = yield
+    if ci_strict() and report.skipped:
+        _fail_skip(report)
+    return report
+
+
+# -- running the command -------------------------------------------------------------------------
 def incastlab_cmd() -> list[str]:
     """How to run the `incastlab` command of this checkout."""
     exe = VENV_BIN / "incastlab"
@@ -32,19 +84,71 @@ def have_network_tools() -> str | None:
     return None
 
 
+def run_cli(args: list[str], timeout: float = 300, **kw) -> subprocess.CompletedProcess[str]:
+    """Run `incastlab ARGS` from the checkout, capturing its output."""
+    return subprocess.run(incastlab_cmd() + args, capture_output=True, text=True, timeout=timeout,
+                          cwd=ROOT, **kw)
+
+
+# -- the host guard -------------------------------------------------------------------------------
+_GUARDS = itertools.count(1)
+
+
+def _after_guard(token: str, what: str) -> str | None:
+    """Remove what the guarded block left; return one line naming it (None if it left nothing).
+
+    The host was clean when the block started, so bridges, veths and QoS rows found now are the
+    block's, unless marked processes of another run appeared meanwhile: then only the block's
+    own processes (those carrying its marker value) are removed, and nothing of the other run.
+    """
+    from incastlab.cleanup import find_leftovers, kill_pids, remove, run_pids
+
+    left = find_leftovers()
+    if left.empty():
+        return None
+    ours = set(run_pids(token))
+    foreign = [p for p in left.pids if p not in ours]
+    if foreign:
+        kill_pids(sorted(ours))
+        return (f"{what} left {left.describe()}; processes {' '.join(map(str, foreign))} are another "
+                f"run's, so only the test's own processes were removed")
+    remove(left)
+    return f"{what} left {left.describe()}"
+
+
 @contextmanager
 def guarded_host(what: str = "the test") -> Iterator[None]:
-    """Skip without root and tools; start on a clean host; fail if `what` left anything behind."""
-    reason = have_network_tools()
-    if reason:
-        pytest.skip(reason)
-    from incastlab.cleanup import clean_all, find_leftovers
+    """Skip without root and tools; refuse a host that is not clean; fail if `what` left anything.
 
-    clean_all()
-    yield
-    left = find_leftovers()
-    clean_all()
-    assert left.empty(), f"{what} left {left.describe()}"
+    Every process started inside the block (in this process or by a child `incastlab`) carries
+    the marker value of this block, so what it leaves can be told from another run's.
+    """
+    require(have_network_tools())
+    from incastlab.cleanup import MARKER, find_leftovers
+
+    found = find_leftovers()
+    if not found.empty():
+        pytest.fail(f"refusing to start {what}: the host is not clean ({found.describe()}); another "
+                    f"experiment may be running (wait for it), or a crashed one needs `sudo incastlab clean`",
+                    pytrace=False)
+    token = f"pytest-{os.getpid()}-{next(_GUARDS)}"
+    saved = os.environ.get(MARKER)
+    os.environ[MARKER] = token
+    try:
+        yield
+    except BaseException:
+        note = _after_guard(token, what)
+        if note:
+            print(note, file=sys.stderr)
+        raise
+    finally:
+        if saved is None:
+            os.environ.pop(MARKER, None)
+        else:
+            os.environ[MARKER] = saved
+    note = _after_guard(token, what)
+    if note:
+        pytest.fail(note, pytrace=False)
 
 
 @pytest.fixture
@@ -52,9 +156,3 @@ def clean_host():
     """Integration tests start on a clean host and must leave it clean."""
     with guarded_host():
         yield
-
-
-def run_cli(args: list[str], timeout: float = 300, **kw) -> subprocess.CompletedProcess[str]:
-    """Run `incastlab ARGS` from the checkout, capturing its output."""
-    return subprocess.run(incastlab_cmd() + args, capture_output=True, text=True, timeout=timeout,
-                          cwd=ROOT, **kw)
