@@ -31,12 +31,18 @@ def api_get(base: str, path: str, timeout: float = 5.0) -> Any:
 
 
 class ControllerProcess:
-    """The controller process of one run: plan file in, API on api_host:api_port."""
+    """The controller process of one run: plan in, OpenFlow on of_host:of_port, API on api_host:api_port.
+
+    Both listen on loopback by default: the switches (OVS in the root namespace) connect to
+    127.0.0.1, and neither the OpenFlow port nor the API has any authentication.
+    """
 
     def __init__(self, plan: dict[str, Any], workdir: Path, of_port: int = 6653, api_port: int = 8080,
-                 api_host: str = "127.0.0.1", interval: float = 1.0, record: Path | None = None) -> None:
+                 api_host: str = "127.0.0.1", interval: float = 1.0, record: Path | None = None,
+                 of_host: str = "127.0.0.1") -> None:
         self.plan = plan
         self.workdir = workdir
+        self.of_host = of_host
         self.of_port = of_port
         self.api_port = api_port
         self.api_host = api_host
@@ -55,9 +61,9 @@ class ControllerProcess:
 
     def check_ports(self) -> None:
         """Refuse early when the OpenFlow or API port is taken."""
-        if not port_free("0.0.0.0", self.of_port):
-            raise ControllerError(f"OpenFlow port {self.of_port} is already in use (another controller? "
-                                  f"try `incastlab clean` or --of-port)")
+        if not port_free(self.of_host, self.of_port):
+            raise ControllerError(f"OpenFlow port {self.of_host}:{self.of_port} is already in use "
+                                  f"(another controller? try `incastlab clean` or --of-port)")
         if not port_free(self.api_host, self.api_port):
             raise ControllerError(f"API port {self.api_host}:{self.api_port} is already in use "
                                   f"(try --api-port)")
@@ -68,7 +74,8 @@ class ControllerProcess:
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.plan_file.write_text(json.dumps(self.plan, indent=1))
         argv = [sys.executable, "-m", "controller.main", "--plan", str(self.plan_file),
-                "--of-port", str(self.of_port), "--api-host", self.api_host, "--api-port", str(self.api_port),
+                "--of-host", self.of_host, "--of-port", str(self.of_port),
+                "--api-host", self.api_host, "--api-port", str(self.api_port),
                 "--interval", str(self.interval), "--phase-file", str(self.phase_file)]
         if self.record is not None:
             argv += ["--record", str(self.record)]

@@ -18,6 +18,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """Command-line options of the controller process."""
     p = argparse.ArgumentParser(prog="incastlab-controller", description=__doc__)
     p.add_argument("--plan", required=True, type=Path, help="wiring plan JSON written by the fabric")
+    p.add_argument("--of-host", default="127.0.0.1",
+                   help="OpenFlow listen address (default loopback: the switches run on this machine)")
     p.add_argument("--of-port", type=int, default=6653, help="OpenFlow listen port (default 6653)")
     p.add_argument("--api-host", default="127.0.0.1", help="HTTP API address (default loopback)")
     p.add_argument("--api-port", type=int, default=8080, help="HTTP API port (default 8080)")
@@ -49,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, ValueError) as exc:
         print(f"controller: cannot read plan {args.plan}: {exc}", file=sys.stderr)
         return 2
-    for what, host, port in (("OpenFlow", "0.0.0.0", args.of_port), ("API", args.api_host, args.api_port)):
+    for what, host, port in (("OpenFlow", args.of_host, args.of_port), ("API", args.api_host, args.api_port)):
         if not port_free(host, port):
             print(f"controller: {what} port {host}:{port} is already in use", file=sys.stderr)
             return 2
@@ -76,7 +78,8 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
     app.CONFIG.update(plan=plan, interval=args.interval, record=args.record, phase_file=args.phase_file,
                       api_socket=api_socket)
-    cfg.CONF(args=["--ofp-tcp-listen-port", str(args.of_port)], project="os_ken")
+    cfg.CONF(args=["--ofp-listen-host", args.of_host, "--ofp-tcp-listen-port", str(args.of_port)],
+             project="os_ken")
     import logging
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")

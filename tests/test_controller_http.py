@@ -14,6 +14,7 @@ import re
 import shutil
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -22,14 +23,16 @@ from pathlib import Path
 import pytest
 
 from controller.api import CLIENT_TIMEOUT
-from controller.launch import ControllerProcess
+from controller.launch import ControllerError, ControllerProcess
 from controller.main import parse_args
+from tests.waiting import wait_for
 from topologies.spec import FabricSpec, build_plan
 
 RESERVED_PORTS = {6653, 8080}  # the Mininet experiments on this machine use these
 VALID_GETS = ["/api/topology", "/api/ports", "/api/queues", "/api/timeseries?since=0", "/api/phase",
               "/api/events", "/", "/static/app.js"]
 TIMEOUT = 5.0
+REPO = Path(__file__).resolve().parent.parent
 
 
 def free_port() -> int:
@@ -42,10 +45,10 @@ def free_port() -> int:
             return port
 
 
-def start_controller(workdir: Path, api_host: str = "127.0.0.1") -> ControllerProcess:
+def start_controller(workdir: Path, api_host: str = "127.0.0.1", **kw: str) -> ControllerProcess:
     """The real controller process on free OpenFlow and API ports."""
     ctl = ControllerProcess(build_plan(FabricSpec()), workdir, of_port=free_port(), api_port=free_port(),
-                            api_host=api_host)
+                            api_host=api_host, **kw)
     ctl.start(timeout=20)
     return ctl
 
@@ -408,7 +411,8 @@ def test_controller_survived_without_tracebacks(ctl: ControllerProcess) -> None:
     """Runs last in this module: after all the above the process lives and its log is clean."""
     assert ctl.alive()
     assert_valid_gets(ctl)
-    time.sleep(0.3)  # let the server flush whatever it logs about the last requests
+    # whatever the server logs about the last requests: wait until the log has stopped growing
+    wait_for(lambda: time.time() - ctl.log_file.stat().st_mtime >= 0.3, 10, "the controller log to settle")
     log = ctl.log_file.read_text(errors="replace")
     assert "Traceback" not in log, log[-3000:]
     assert "Internal Server Error" not in log and " 500 " not in log, log[-3000:]
@@ -473,3 +477,40 @@ def test_api_host_all_addresses_only_when_asked(tmp_path: Path) -> None:
     finally:
         ctl.stop()
     assert "Traceback" not in ctl.log_file.read_text(errors="replace")
+
+
+def test_openflow_listens_on_loopback_only_by_default(ctl: ControllerProcess) -> None:
+    assert parse_args(["--plan", "p.json"]).of_host == "127.0.0.1"
+    assert ControllerProcess({}, Path("unused")).of_host == "127.0.0.1"
+    assert wait_for(lambda: listen_addresses(ctl.of_port), 10, "the OpenFlow listener") == {"127.0.0.1"}
+    other = other_local_address()
+    if other is not None:
+        assert not connects(other, ctl.of_port), f"OpenFlow port answers on {other}"
+    assert connects("127.0.0.1", ctl.of_port)
+
+
+def test_openflow_host_all_addresses_only_when_asked(tmp_path: Path) -> None:
+    ctl = start_controller(tmp_path, of_host="0.0.0.0")
+    try:
+        assert wait_for(lambda: listen_addresses(ctl.of_port), 10, "the OpenFlow listener") == {"0.0.0.0"}
+    finally:
+        ctl.stop()
+    assert "Traceback" not in ctl.log_file.read_text(errors="replace")
+
+
+@pytest.mark.parametrize("taken_on", ["127.0.0.1", "0.0.0.0"])
+def test_openflow_port_taken_is_refused_naming_the_address(tmp_path: Path, taken_on: str) -> None:
+    with socket.socket() as s:
+        s.bind((taken_on, 0))
+        s.listen()
+        port = s.getsockname()[1]
+        plan = build_plan(FabricSpec())
+        (tmp_path / "plan.json").write_text(json.dumps(plan))
+        ctl = ControllerProcess(plan, tmp_path, of_port=port, api_port=free_port())
+        with pytest.raises(ControllerError, match=f"OpenFlow port 127.0.0.1:{port} is already in use"):
+            ctl.check_ports()
+        done = subprocess.run([sys.executable, "-m", "controller.main", "--plan", str(tmp_path / "plan.json"),
+                               "--of-port", str(port), "--api-port", str(free_port())],
+                              capture_output=True, text=True, timeout=60, cwd=REPO)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip() == f"controller: OpenFlow port 127.0.0.1:{port} is already in use"
