@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import random
 import shutil
 import subprocess
 import sys
@@ -65,6 +66,19 @@ def pytest_make_collect_report(collector: pytest.Collector) -> Any:
     if ci_strict() and report.skipped:
         _fail_skip(report)
     return report
+
+
+# -- randomness that can be replayed ------------------------------------------------------------
+@pytest.fixture
+def rng() -> random.Random:
+    """A random.Random whose seed is printed (pytest shows it for a failing test).
+
+    INCASTLAB_TEST_SEED=N replays the run that printed seed=N.
+    """
+    given = os.environ.get("INCASTLAB_TEST_SEED")
+    seed = int(given) if given else random.SystemRandom().randrange(2**32)
+    print(f"seed={seed} (replay with INCASTLAB_TEST_SEED={seed})")
+    return random.Random(seed)
 
 
 # -- running the command -------------------------------------------------------------------------

@@ -7,14 +7,15 @@ import os
 import re
 import signal
 import socket
-import subprocess
-import time
+import urllib.request
 from pathlib import Path
 
 import pytest
 
 from incastlab.cleanup import find_leftovers
-from tests.conftest import ROOT, incastlab_cmd, run_cli
+from tests.conftest import run_cli
+from tests.running import Running, assert_exit_130_soon, interrupt_at
+from tests.test_controller_http import listen_addresses
 
 pytestmark = pytest.mark.integration
 
@@ -53,52 +54,71 @@ def test_missing_open_vswitch_is_named(clean_host):
 
 
 # -- nothing left behind ---------------------------------------------------------------------------
-def start_hold(tmp_path: Path) -> subprocess.Popen[str]:
-    argv = incastlab_cmd() + ["fabric", "--hold", "--no-calibrate", "--workdir", str(tmp_path)]
-    proc = subprocess.Popen(argv, cwd=ROOT, stderr=subprocess.PIPE, text=True)
-    assert proc.stderr is not None
-    deadline = time.monotonic() + 90
-    seen = []
-    while time.monotonic() < deadline:
-        line = proc.stderr.readline()
-        seen.append(line)
-        if "fabric is up" in line:
-            return proc
-        if not line and proc.poll() is not None:
-            break
-    proc.kill()
-    raise AssertionError("fabric did not come up: " + "".join(seen))
+def start_hold(tmp_path: Path) -> Running:
+    """`incastlab fabric --hold`, returned once it says the fabric is up."""
+    run = Running(["fabric", "--hold", "--no-calibrate", "--workdir", str(tmp_path)])
+    try:
+        run.wait_line("fabric is up", 120)
+    except BaseException:
+        run.kill_group()
+        raise
+    return run
 
 
-def test_ctrl_c_leaves_nothing_behind(clean_host, tmp_path):
-    proc = start_hold(tmp_path)
-    assert not find_leftovers().empty()  # the fabric is really there
-    proc.send_signal(signal.SIGINT)
-    assert proc.wait(timeout=60) == 130
-    assert find_leftovers().empty()
+# Ctrl-C points of `fabric --hold`: the line saying the run got there, the line saying it has moved
+# on (None: it stays there), and the largest random delay after the first that the run cannot
+# outlast (bring-up takes 3-6 s here, the all-pairs ping of the default fabric as little as 0.16 s,
+# holding lasts until Ctrl-C). A signal that came too late anyway fails the test as such.
+HOLD_POINTS = {
+    "bring-up": ("building fabric", "fabric up in", 1.0),
+    "ping": ("all-pairs ping: starting", "all-pairs ping: no loss", 0.03),
+    "holding": ("fabric is up", None, 1.0),
+}
+@pytest.mark.parametrize("point", list(HOLD_POINTS))
+def test_ctrl_c_at_any_point_of_the_fabric_leaves_nothing_behind(clean_host, tmp_path, rng, point):
+    at, moved_on, max_delay = HOLD_POINTS[point]
+    run = Running(["fabric", "--hold", "--no-calibrate", "--workdir", str(tmp_path)])
+    code, secs = interrupt_at(run, rng, at, moved_on, max_delay)
+    assert_exit_130_soon(code, secs, run)
+    assert "interrupted; the fabric was taken down" in run.text("stderr")
+    assert find_leftovers().empty(), f"Ctrl-C during {point} left {find_leftovers().describe()}"
+
+
+def test_openflow_listens_on_loopback_only_and_every_switch_connects(clean_host, tmp_path):
+    run = start_hold(tmp_path)
+    try:
+        assert listen_addresses(6653) == {"127.0.0.1"}, "the OpenFlow port must listen on loopback only"
+        topo = json.loads(urllib.request.urlopen("http://127.0.0.1:8080/api/topology", timeout=5).read())
+        assert len(topo["switches"]) == 6 and all(s["connected"] for s in topo["switches"])
+        assert "all-pairs ping: no loss" in run.text("stderr")
+    finally:
+        run.send(signal.SIGINT)
+        code, _ = run.wait_exit()
+    assert code == 130
 
 
 def test_sigterm_leaves_nothing_behind(clean_host, tmp_path):
-    proc = start_hold(tmp_path)
-    proc.terminate()
-    assert proc.wait(timeout=60) == 130
+    run = start_hold(tmp_path)
+    run.send(signal.SIGTERM, group=False)
+    assert run.wait_exit(guard=60)[0] == 130
     assert find_leftovers().empty()
 
 
 def test_killed_controller_ends_the_run_cleanly(clean_host, tmp_path):
-    proc = start_hold(tmp_path)
+    run = start_hold(tmp_path)
     ctl = [p for p in find_leftovers().pids if b"controller.main" in Path(f"/proc/{p}/cmdline").read_bytes()]
     assert len(ctl) == 1
     os.kill(ctl[0], signal.SIGKILL)
-    assert proc.wait(timeout=60) == 2
-    assert "controller died" in proc.stderr.read()
+    code, _ = run.wait_exit(guard=60)
+    assert code == 2
+    assert "controller died" in run.text("stderr")
     assert find_leftovers().empty()
 
 
 def test_after_sigkill_the_next_run_refuses_until_clean(clean_host, tmp_path):
-    proc = start_hold(tmp_path)
-    proc.kill()
-    proc.wait()
+    run = start_hold(tmp_path)
+    run.send(signal.SIGKILL, group=False)
+    run.wait_exit(guard=60)
     assert not find_leftovers().empty()
     refused = run_cli(["fabric", "--no-calibrate"], timeout=60)
     assert refused.returncode == 2 and "incastlab clean" in refused.stderr

@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 import json
-import random
 import signal
-import subprocess
-import time
 from pathlib import Path
 
 import pytest
 
 from incastlab.cleanup import find_leftovers
 from incastlab.runfolder import read_jsonl
-from tests.conftest import ROOT, incastlab_cmd, run_cli
+from tests.conftest import run_cli
+from tests.running import Running, assert_exit_130_soon, interrupt_at
 
 pytestmark = pytest.mark.integration
 SHORT = ["--workers", "3", "--capture", "ps-port"]
@@ -74,32 +72,53 @@ def test_async_carries_on_without_a_killed_worker_and_says_so(clean_host, tmp_pa
     assert [r["worker"] for r in lost] == [1]
 
 
-def start_compare(tmp_path: Path) -> subprocess.Popen[str]:
-    argv = incastlab_cmd() + ["compare", "--strategies", "ps,ring", "--steps", "6", *SHORT,
-                              "--results", str(tmp_path)]
-    return subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+# Ctrl-C points of a compare run: (line saying the run got there, line saying it moved on, the
+# largest random delay it cannot outlast). The controller takes ~0.6 s to answer, bring-up 3-6 s,
+# a step of 3 workers well over a second (4 steps remain after step 2), the report a few seconds;
+# "report: building" comes after the fabric is down, the report's path on stdout when it is done.
+COMPARE_POINTS = {
+    "controller start": ("starting controller", "building fabric", 0.1),
+    "fabric build": ("building fabric", "fabric up in", 1.0),
+    "mid-strategy": (r"ps: step 2/6\b", r"ps: done", 0.5),
+    "report": ("report: building", r"^report: (?!building)", 0.1),
+}
+COMPARE = ["compare", "--strategies", "ps,ring", "--steps", "6", *SHORT]
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL])
-def test_an_interrupted_run_leaves_a_readable_folder_and_a_clean_host(clean_host, tmp_path, sig):
-    rng = random.Random(int(time.time()))
-    proc = start_compare(tmp_path)
-    time.sleep(rng.uniform(4.0, 18.0))  # anywhere from fabric start-up to the middle of a strategy
-    proc.send_signal(sig)
-    out, err = proc.communicate(timeout=120)
-    run = next(p for p in tmp_path.iterdir() if p.name != "latest")
-    if sig == signal.SIGINT:
-        assert proc.returncode == 130, err[-2000:]
-        assert find_leftovers().empty(), "Ctrl-C must tear the fabric down"
+def run_dir(results: Path) -> Path:
+    return next(p for p in results.iterdir() if p.name != "latest")
+
+
+def assert_readable_incomplete_run(run: Path, summary_expected: bool = True) -> None:
+    """summary.json says incomplete; `incastlab report` rebuilds a report that says so."""
+    if summary_expected:
         summary = json.loads((run / "summary.json").read_text())
         assert summary["complete"] is False
-    else:
-        cleaned = run_cli(["clean"], timeout=120)
-        assert cleaned.returncode == 0 and find_leftovers().empty()
     rebuilt = run_cli(["report", str(run)], timeout=300)
     assert rebuilt.returncode == 0, rebuilt.stderr
-    html = (run / "report.html").read_text()
-    assert "incomplete" in html.lower()
+    assert "incomplete" in (run / "report.html").read_text().lower()
+
+
+@pytest.mark.parametrize("point", list(COMPARE_POINTS))
+def test_ctrl_c_at_any_point_of_a_compare_run(clean_host, tmp_path, rng, point):
+    at, moved_on, max_delay = COMPARE_POINTS[point]
+    run = Running([*COMPARE, "--results", str(tmp_path)])
+    code, secs = interrupt_at(run, rng, at, moved_on, max_delay)
+    assert_exit_130_soon(code, secs, run)
+    assert find_leftovers().empty(), f"Ctrl-C during {point} left {find_leftovers().describe()}"
+    if point == "mid-strategy":
+        assert_readable_incomplete_run(run_dir(tmp_path))
+
+
+def test_a_killed_run_is_cleaned_and_the_next_one_starts(clean_host, tmp_path, rng):
+    run = Running([*COMPARE, "--results", str(tmp_path)])
+    code, _ = interrupt_at(run, rng, *COMPARE_POINTS["mid-strategy"], sig=signal.SIGKILL, group=False)
+    assert code == -signal.SIGKILL
+    assert not find_leftovers().empty(), "kill -9 leaves the fabric behind: that is what clean is for"
+    cleaned = run_cli(["clean"], timeout=120)
+    assert cleaned.returncode == 0, cleaned.stdout + cleaned.stderr
+    assert find_leftovers().empty(), f"clean left {find_leftovers().describe()}"
+    assert_readable_incomplete_run(run_dir(tmp_path), summary_expected=False)
     again = run_cli(["compare", "--strategies", "ring", "--steps", "2", *SHORT, "--results", str(tmp_path)],
                     timeout=600)
     assert again.returncode == 0, "the next run starts cleanly: " + again.stderr[-1500:]
