@@ -17,7 +17,9 @@ from typing import Any
 
 import pytest
 
+from tests.conftest import require
 from tests.fakeapi import FakeApi, FakeFabric
+from tests.waiting import wait_for
 
 try:
     from selenium import webdriver
@@ -25,7 +27,7 @@ try:
     from selenium.webdriver.chrome.service import Service
     from selenium.webdriver.common.by import By
     from selenium.webdriver.remote.webdriver import WebDriver
-except ImportError:  # selenium missing: the tests skip
+except ImportError:  # selenium missing: the tests skip (and fail under CI=true)
     webdriver = None  # type: ignore[assignment]
     WebDriver = Any  # type: ignore[assignment,misc]
 
@@ -62,18 +64,6 @@ def fetch_json(base_url: str, path: str) -> dict[str, Any]:
     """GET one API document."""
     with urllib.request.urlopen(base_url.rstrip("/") + path, timeout=5) as resp:
         return json.load(resp)
-
-
-def wait_for(cond: Callable[[], Any], timeout: float, what: str, interval: float = 0.2) -> Any:
-    """Poll `cond` until truthy; fail with `what` and the last value after `timeout` s."""
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = cond()
-        if last:
-            return last
-        time.sleep(interval)
-    pytest.fail(f"timed out after {timeout} s waiting for {what} (last: {last!r})")
 
 
 def open_dashboard(driver: WebDriver, base_url: str, timeout: float = 10) -> None:
@@ -304,10 +294,8 @@ def check_phase_shown(
 @pytest.fixture(scope="module")
 def driver() -> Iterator[WebDriver]:
     """One headless Chromium for the module; skips when the browser stack is missing."""
-    if webdriver is None:
-        pytest.skip("selenium not installed")
-    if CHROMIUM is None or CHROMEDRIVER is None:
-        pytest.skip("chromium / chromedriver not installed")
+    require("selenium not installed" if webdriver is None else None)
+    require("chromium / chromedriver not installed" if CHROMIUM is None or CHROMEDRIVER is None else None)
     drv = make_driver()
     yield drv
     drv.quit()
@@ -423,7 +411,8 @@ def test_stale_banner_when_timestamp_frozen(driver: WebDriver, fake_factory: Cal
     check_stale_banner(driver, visible=True, timeout=8)
     assert time.monotonic() - frozen_at > 2.0, "banner shown before the data was 3 s old"
     api.set_mode("error")
-    time.sleep(1.5)
+    wait_for(lambda: "HTTP 500" in driver.find_element(By.ID, "stale-reason").get_attribute("textContent"),
+             8, "the page to get the API's HTTP 500")
     check_stale_banner(driver, visible=True, timeout=1)
     api.set_mode("ok")
     check_stale_banner(driver, visible=False)

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from tests.fakeapi import FakeApi, FakeFabric
+from tests.waiting import wait_for
 
 
 @pytest.fixture
@@ -30,6 +31,11 @@ def get(api: FakeApi, path: str, method: str = "GET") -> tuple[int, Any]:
     except urllib.error.HTTPError as err:
         body, status, ctype = err.read(), err.code, err.headers["Content-Type"]
     return status, json.loads(body) if ctype.startswith("application/json") else body.decode()
+
+
+def newer(api: FakeApi, path: str, t: float) -> Any:
+    """The document at `path`, once its t is newer than `t` (the fake samples at most every 50 ms)."""
+    return wait_for(lambda: (doc := get(api, path)[1])["t"] > t and doc, 5, f"{path} newer than t={t}")
 
 
 def test_topology_names_and_ports(api: FakeApi) -> None:
@@ -57,9 +63,7 @@ def test_topology_names_and_ports(api: FakeApi) -> None:
 def test_counters_advance_and_timeseries(api: FakeApi) -> None:
     """t and byte counters grow between requests; timeseries honours since."""
     _, p1 = get(api, "/api/ports")
-    time.sleep(0.1)
-    _, p2 = get(api, "/api/ports")
-    assert p2["t"] > p1["t"]
+    p2 = newer(api, "/api/ports", p1["t"])
     assert len(p2["ports"]) == 8 * (4 + 4) + 4 * 8
     assert sum(p["tx_bytes"] for p in p2["ports"]) > sum(p["tx_bytes"] for p in p1["ports"])
     assert all(0 <= p["util"] <= 1 for p in p2["ports"])
@@ -71,15 +75,15 @@ def test_counters_advance_and_timeseries(api: FakeApi) -> None:
 def test_ps_drops_and_modes(api: FakeApi) -> None:
     """ps_dropping raises the PS queue's drops; frozen stops t; down answers nothing."""
     api.fabric.ps_dropping = True
-    get(api, "/api/queues")
-    time.sleep(0.1)
-    _, q = get(api, "/api/queues")
+    _, q0 = get(api, "/api/queues")
+    q = newer(api, "/api/queues", q0["t"])
     ps = [e for e in q["queues"] if (e["switch"], e["port"]) == ("lf1", 5)]
     assert ps[0]["drops_per_s"] > 0 and ps[0]["drops"] > 0
     assert all(e["drops_per_s"] == 0 for e in q["queues"] if e not in ps)
     api.set_mode("frozen")
     _, a = get(api, "/api/ports")
-    time.sleep(0.1)
+    # until a new sample is due, the next answer would repeat t even if the fake were not frozen
+    wait_for(lambda: time.time() >= a["t"] + api.fabric.min_interval, 5, "a new sample to be due")
     _, b = get(api, "/api/ports")
     assert a["t"] == b["t"]
     api.set_mode("down")

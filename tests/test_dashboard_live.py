@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import socket
-import time
 
 import pytest
 
 from tests import test_dashboard as dash
 from tests.conftest import guarded_host
 from tests.test_dashboard import driver  # noqa: F401 - the headless Chromium fixture
+from tests.waiting import tcp_listening, wait_for
 from topologies.spec import FabricSpec, build_plan
 
 pytestmark = pytest.mark.browser
@@ -39,7 +39,8 @@ def test_live_fabric_is_drawn_updates_and_marks_incast_drops(live, driver):  # n
     dash.check_fabric_drawn(driver, base, 2, 4, 2)
     fab = live.fabric
     servers = [fab.host("h1").popen(["iperf3", "-s", "-1", "-p", str(5500 + k)]) for k in range(7)]
-    time.sleep(0.5)
+    wait_for(lambda: all(tcp_listening(s.pid, 5500 + k) for k, s in enumerate(servers)), 15,
+             "the iperf3 servers on h1 to listen")
     clients = [fab.host(f"h{k + 2}").popen(["iperf3", "-c", "10.0.0.1", "-p", str(5500 + k), "-t", "6"])
                for k in range(7)]
     try:

@@ -9,6 +9,7 @@ import time
 import pytest
 
 from tests.conftest import guarded_host
+from tests.waiting import tcp_listening, wait_for, wait_for_polls
 from topologies.spec import FabricSpec
 
 pytestmark = pytest.mark.integration
@@ -35,15 +36,17 @@ def test_all_pairs_ping_has_no_loss(session):
 
 def test_ecmp_spreads_flows_between_two_leaves_over_both_spines(session):
     fab = session.fabric
-    time.sleep(1.2)
-    before = {n: port_tx(session, n) for n in ("sp1-eth3", "sp2-eth3")}
+    ports = {"sp1-eth3", "sp2-eth3"}
+    t0 = time.time()
+    wait_for_polls(session.controller.get, t0, ports)  # counters polled after any earlier traffic
+    before = {n: port_tx(session, n) for n in ports}
     srv = fab.host("h5").popen(["iperf3", "-s", "-1", "-p", "5999"])
-    time.sleep(0.5)
+    wait_for(lambda: tcp_listening(srv.pid, 5999), 15, "the iperf3 server on h5 to listen")
     cli = fab.host("h3").popen(["iperf3", "-c", "10.0.0.5", "-p", "5999", "-P", "16", "-t", "2", "-J"])
     cli.communicate(timeout=60)
     srv.wait(timeout=10)
-    time.sleep(1.2)
-    moved = {n: port_tx(session, n) - before[n] for n in before}
+    wait_for_polls(session.controller.get, time.time(), ports)
+    moved = {n: port_tx(session, n) - before[n] for n in ports}
     # h3 sits on lf2, h5 on lf3: spine port 3 leads down to lf3 on both spines; 16 flows all
     # hashed onto one spine would happen once in 2^15 runs
     assert all(v > 200_000 for v in moved.values()), moved
@@ -60,17 +63,23 @@ def test_incast_drops_seen_by_the_api_equal_the_kernel_counters(session):
     fab = session.fabric
     ps_port = session.plan["ps_port"]["name"]
     servers = [fab.host("h1").popen(["iperf3", "-s", "-1", "-p", str(5400 + k)]) for k in range(7)]
-    time.sleep(0.5)
+    wait_for(lambda: all(tcp_listening(s.pid, 5400 + k) for k, s in enumerate(servers)), 15,
+             "the iperf3 servers on h1 to listen")
     clients = [fab.host(f"h{k + 2}").popen(["iperf3", "-c", "10.0.0.1", "-p", str(5400 + k), "-n", "1M"])
                for k in range(7)]
     answered = 0
-    while any(c.poll() is None for c in clients):
+
+    def clients_done() -> bool:
+        nonlocal answered
         assert session.controller.get("/api/queues", timeout=5)["queues"]  # API answers under load
         answered += 1
-        time.sleep(0.3)
+        return all(c.poll() is not None for c in clients)
+
+    wait_for(clients_done, 120, "the iperf3 clients to finish", interval=0.3)
     for p in clients + servers:
         p.wait(timeout=60)
-    time.sleep(1.5)  # > two poll intervals: the controller's view is up to date
+    # the controller's view is up to date once it has polled the PS port's queue after the traffic
+    wait_for_polls(session.controller.get, time.time(), {ps_port}, kind="queue")
     api = next(q for q in session.controller.get("/api/queues")["queues"] if q["name"] == ps_port)
     kernel = tc_class_drops(ps_port)
     assert kernel > 0, "a 7-to-1 incast into a 20-packet buffer must drop"
