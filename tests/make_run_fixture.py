@@ -332,6 +332,7 @@ def make_run(dest: Path, strategies: tuple[str, ...] = ("ps", "ring"), workers: 
     if dest.exists():
         shutil.rmtree(dest)
     dest.mkdir(parents=True)
+    print(f"make_run({dest.name}): seed={seed}")  # every random number below comes from this seed
     rng = random.Random(seed)
     config: dict[str, Any] = {
         "fabric": {"spines": SPINES, "leaves": LEAVES, "hosts_per_leaf": HOSTS_PER_LEAF,

@@ -40,6 +40,7 @@ def _ring_child(rank: int, world: int, port: int, length: int, out: mp.Queue) ->
 @pytest.mark.parametrize(("world", "length"), [(2, 1001), (3, 1001), (4, 1001), (4, 3)])
 def test_ring_allreduce_sums_exactly_like_local_sum(world: int, length: int) -> None:
     assert length % world  # the point: chunks of unequal size (and an empty one for length 3)
+    print(f"tensor seeds: {[100 + r for r in range(world)]} (rank r: torch seed 100 + r)")
     ctx = mp.get_context("spawn")
     out: mp.Queue = ctx.Queue()
     port = _free_port()
