@@ -1,0 +1,326 @@
+"""Retransmission timeouts (RTO) and tail loss probes (TLP) seen in a sender-side capture.
+
+Why this exists: tcp.py's `timeout_retransmits` counts retransmitted *segments* without dup-ACK
+evidence (thousands in an incast run); this module counts *events*, the way the kernel counts
+`TcpExtTCPTimeouts` and `TcpExtTCPLossProbes`, and says how long each one stalled its flow.
+
+What the kernel does (Linux tcp_timer.c / tcp_output.c), and how it looks in a capture taken at
+the sender:
+
+- RTO: the retransmission timer fires at least RTO = SRTT + max(RTTVAR, rto_min = 200 ms) after it
+  was armed (on an ACK that advances snd_una, on (re)sending the first unacknowledged segment).
+  The sender then retransmits that first unacknowledged segment (the *head*, seq == the highest
+  cumulative ACK) and nothing else: cwnd is 1 until an ACK comes back. If no ACK comes, it
+  retransmits the head again after 2*RTO, 4*RTO, ... (each firing is counted). So an RTO is a
+  retransmission of the head that (a) comes at least `tolerance * rto_min` after both the last
+  advance of the cumulative ACK and the previous transmission of that segment, (b) is not part of
+  a burst: no segment of the same direction within `burst_s` before it, and none within `burst_s`
+  after it unless an ACK arrived in between. (a) is measured from the segment's own previous copy
+  and not just from the last packet sent: a sender with a deep local queue (the PS host here:
+  1000-packet host qdisc, 7 flows) keeps putting packets of the flow on the wire long after the
+  kernel armed the timer, so "silence on the wire" alone misses most of its timeouts. (b) keeps
+  out recoveries that retransmit the old head right after a SACK (fast recovery, RACK's reordering
+  timer), which a long time since the head's previous copy does not exclude on such a sender.
+- TLP: in the Open state (no loss recovery under way, no duplicate ACKs since the last ACK
+  advance) the kernel probes about 2*SRTT (+2 ms, or +rto_min with one segment in flight, never
+  later than the RTO) after the last send by sending new data or, if there is none, by
+  retransmitting the *last* segment (the one ending at snd_nxt). Counted here: a non-burst
+  retransmission of the last segment in the Open state that is the first retransmission since the
+  last ACK advance. With a single segment in flight head and tail coincide: the first such
+  retransmission is the probe (the kernel's probe timer never fires after its RTO), the next one an
+  RTO.
+- SYN / SYN-ACK: their retransmissions by timer are counted by the kernel as TcpExtTCPTimeouts
+  too (tcp_retransmit_timer for a SYN, tcp_syn_ack_timeout for a listener's SYN-ACK); counted here
+  as kind "syn" when no packet of the peer arrived within `burst_s` before (a SYN-ACK resent
+  because a duplicate SYN arrived is not a timeout).
+
+Known differences from the kernel's counters, by construction:
+- new-data probes: a TLP that sends new data is not a retransmission; we cannot tell it from
+  ordinary sending, so `loss_probes` is a lower bound of TcpExtTCPLossProbes (most probes of a
+  bulk sender carry new data).
+- a timeout whose retransmission the kernel suppressed because the previous copy was still in
+  the host's queue (TcpExtTCPSpuriousRtxHostQueues) puts nothing on the wire: counted by the
+  kernel, not here.
+- timeouts while the peer's window is zero are zero-window probes for the kernel (not counted):
+  excluded here when the peer's last advertised window is 0.
+- spurious RTOs (TcpExtTCPSpuriousRTOs, undone later) are counted by both.
+- without SACK, or with net.ipv4.tcp_early_retrans < 3, the kernel sends no probes and a
+  single-segment timeout that we call a probe is its RTO.
+- packets the capture missed (tcpdump drops) hide events.
+
+Measured on the sample `make compare` run (7 workers, PS h1, 20 Mbit/s, 20-packet buffers): per
+host, timeouts over the host's own flows vs TcpExtTCPTimeouts: ps h1 62/64, h2 35/35, h3 1/1,
+h4 14/14, h5 18/18, h6 20/20, h7 0/0, h8 15/15; ring: 0/0 on every host.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from analysis.pcapfile import FIN, RST, SYN, Packets, ip_to_str
+from analysis.seqspace import (
+    NO_ACK,
+    Directions,
+    directions,
+    group_first,
+    group_start,
+    seq_len,
+    seq_numbers,
+    stable_order,
+)
+
+RTO_MIN_S = 0.2      # Linux TCP_RTO_MIN
+TOLERANCE = 0.75     # an RTO is counted from tolerance * rto_min on (timer slack, queueing skew)
+BURST_S = 0.005      # sends closer than this belong to one burst (not timer driven)
+
+_HALF = np.int64(1 << 41)
+_SPAN = np.int64(1 << 43)
+_NEG = np.int64(-(1 << 62))
+_NEVER = np.int64(-(1 << 62))  # a time (ns) long before any capture
+
+
+@dataclass(frozen=True)
+class RtoEvent:
+    """One timeout or loss probe: capture time (s since the epoch), 1-based frame number, the
+    retransmitted sequence number (relative, as tshark shows it; absolute in seq_raw), kind
+    ("rto", "syn" or "tlp"), idle_s (seconds with nothing sent in this direction and no ACK
+    progress before it: the stall it cost) and backoff (0 for the first timeout of a segment,
+    1 for the one after the doubled RTO, ...)."""
+
+    t: float
+    frame: int
+    seq: int
+    seq_raw: int
+    kind: str
+    idle_s: float
+    backoff: int
+
+
+@dataclass(frozen=True)
+class FlowRto:
+    """Timeouts of one flow direction (the sender is `src`)."""
+
+    flow: str
+    src: str
+    sport: int
+    dst: str
+    dport: int
+    timeouts: int        # events of kind "rto" and "syn"
+    loss_probes: int     # events of kind "tlp"
+    stall_s: float       # sum of idle_s over the timeouts
+    events: list[RtoEvent] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class RtoAnalysis:
+    """Per flow direction that sent data, and totals over all of them."""
+
+    flows: list[FlowRto]
+
+    @property
+    def timeouts(self) -> int:
+        return sum(f.timeouts for f in self.flows)
+
+    @property
+    def loss_probes(self) -> int:
+        return sum(f.loss_probes for f in self.flows)
+
+    @property
+    def stall_s(self) -> float:
+        return round(sum(f.stall_s for f in self.flows), 6)
+
+    def by_sender(self) -> dict[str, dict[str, float]]:
+        """{sender IP: {"timeouts", "loss_probes", "stall_s"}} summed over its flows (the figure
+        to compare with that host's kernel counters)."""
+        out: dict[str, dict[str, float]] = {}
+        for f in self.flows:
+            row = out.setdefault(f.src, {"timeouts": 0, "loss_probes": 0, "stall_s": 0.0})
+            row["timeouts"] += f.timeouts
+            row["loss_probes"] += f.loss_probes
+            row["stall_s"] = round(row["stall_s"] + f.stall_s, 6)
+        return out
+
+    def totals(self, src: str | None = None) -> dict[str, float]:
+        """{"timeouts", "loss_probes", "stall_s"} over all flows, or over the flows sent by src."""
+        if src is not None:
+            return self.by_sender().get(src, {"timeouts": 0, "loss_probes": 0, "stall_s": 0.0})
+        return {"timeouts": self.timeouts, "loss_probes": self.loss_probes, "stall_s": self.stall_s}
+
+    def to_dict(self) -> dict[str, object]:
+        """JSON-ready: totals plus "per_flow" (each flow with its events)."""
+        return {**self.totals(), "per_flow": [asdict(f) for f in self.flows]}
+
+
+def _gcummax(vals: np.ndarray, gid: np.ndarray) -> np.ndarray:
+    """Running maximum within groups (gid non-decreasing); vals within (-_HALF, _HALF) or _NEG."""
+    v = np.where(vals == _NEG, -_HALF, vals) + gid * _SPAN
+    m = np.maximum.accumulate(v) - gid * _SPAN
+    return np.where(m == -_HALF, _NEG, m)
+
+
+def _ffill(mask: np.ndarray, gstart: np.ndarray) -> np.ndarray:
+    """Per position: index of the last position <= it (same group) where mask is true, else -1."""
+    idx = np.maximum.accumulate(np.where(mask, np.arange(mask.shape[0]), -1))
+    return np.where(idx >= gstart, idx, -1)
+
+
+def _shift(x: np.ndarray, first: np.ndarray, fill: np.int64) -> np.ndarray:
+    """x of the previous position in the same group (fill at group starts)."""
+    y = np.empty_like(x)
+    if x.shape[0]:
+        y[1:] = x[:-1]
+        y[first] = fill
+    return y
+
+
+def _reverse_state(p: Packets, d: Directions, ack_rel: np.ndarray) -> dict[str, np.ndarray]:
+    """Per packet, what its sender knew from the reverse direction just before sending it:
+    una (highest cumulative ACK, _NEG if none), t_adv (time of the last ACK advance, _NEVER),
+    n_ack (ACK-carrying packets received so far), dups (duplicate ACKs since the last advance),
+    t_rev (time of the last packet received, _NEVER), win (last window received, -1 if none)."""
+    n = len(p)
+    oc = stable_order(d.conv)
+    cf = group_first(d.conv[oc])
+    cstart = group_start(cf)
+    gid = np.cumsum(cf) - 1
+    ts = p.ts_ns[oc]
+    sd = d.side[oc]
+    ar = ack_rel[oc]
+    pure = (p.plen[oc] == 0) & ((p.flags[oc] & (SYN | FIN | RST)) == 0)
+    win = p.win[oc].astype(np.int64)
+    out = {k: np.empty(n, dtype=np.int64) for k in ("una", "t_adv", "n_ack", "dups", "t_rev", "win")}
+    for s in (0, 1):
+        rev = sd == 1 - s
+        r = rev & (ar != NO_ACK)
+        vals = np.where(r, ar, _NEG)
+        una = _gcummax(vals, gid)
+        prev = _shift(una, cf, _NEG)
+        adv = r & (vals > prev)
+        ia = _ffill(adv, cstart)
+        t_adv = np.where(ia >= 0, ts[np.maximum(ia, 0)], _NEVER)
+        n_ack = np.cumsum(r)
+        n_ack = n_ack - (n_ack[cstart] - r[cstart])
+        dup = r & pure & (vals == prev) & (prev != _NEG)
+        cd = np.cumsum(dup)
+        at_adv = np.where(ia >= 0, cd[np.maximum(ia, 0)], cd[cstart] - dup[cstart])
+        dups = cd - at_adv
+        ir = _ffill(rev, cstart)
+        t_rev = np.where(ir >= 0, ts[np.maximum(ir, 0)], _NEVER)
+        iw = _ffill(r, cstart)
+        w = np.where(iw >= 0, win[np.maximum(iw, 0)], -1)
+        mine = oc[sd == s]
+        sel = sd == s
+        for k, v in (("una", una), ("t_adv", t_adv), ("n_ack", n_ack), ("dups", dups), ("t_rev", t_rev),
+                     ("win", w)):
+            out[k][mine] = v[sel]
+    return out
+
+
+def rto_events(p: Packets, *, rto_min_s: float = RTO_MIN_S, tolerance: float = TOLERANCE,
+               burst_s: float = BURST_S) -> RtoAnalysis:
+    """Timeouts and tail loss probes of every flow direction of a sender-side capture.
+
+    Use the capture of the sending host (its own interface): the rules (module docstring) read
+    the ACKs as the sender received them. rto_min_s: the kernel's minimum RTO (200 ms on Linux);
+    a timeout must come at least tolerance * rto_min_s after the ACK progress and the previous
+    copy of the segment; burst_s: sends closer than this are one burst (default 5 ms).
+    Returns an RtoAnalysis (per flow: events, timeouts, loss_probes, stall_s; totals; by_sender()).
+    """
+    if len(p) == 0:
+        return RtoAnalysis(flows=[])
+    d = directions(p)
+    _base, seq_rel, ack_rel = seq_numbers(p, d)
+    rs = _reverse_state(p, d, ack_rel)
+    length = seq_len(p)
+    data_o = d.order[length[d.order] > 0]            # data packets, by direction, capture order
+    if data_o.size == 0:
+        return RtoAnalysis(flows=[])
+    fo = d.fid[data_o]
+    first = group_first(fo)
+    gid = np.cumsum(first) - 1
+    t = p.ts_ns[data_o]
+    s = seq_rel[data_o]
+    end = s + length[data_o]
+    cm = _gcummax(end, gid)                           # snd_nxt after each send
+    nxt_b = _shift(cm, first, _NEG)                   # snd_nxt before it
+    rtx = (nxt_b != _NEG) & (s < nxt_b)
+    m = data_o.shape[0]
+    last = np.ones(m, dtype=bool)
+    last[:-1] = first[1:]
+    prev_t = _shift(t, first, _NEVER)
+    next_t = np.empty_like(t)
+    next_t[:-1] = t[1:]
+    next_t[last] = np.iinfo(np.int64).max
+    n_ack = rs["n_ack"][data_o]
+    prev_ack = _shift(n_ack, first, np.int64(-1))
+    next_ack = np.empty_like(n_ack)
+    next_ack[:-1] = n_ack[1:]
+    next_ack[last] = -1
+    burst = int(burst_s * 1e9)
+    alone_before = (t - prev_t >= burst) | (n_ack > prev_ack)
+    alone_after = last | (next_t - t >= burst) | (next_ack > n_ack)
+    single = alone_before & alone_after & (t - prev_t >= burst)
+    # previous copy of the same segment start; else the time snd_nxt first passed it
+    o2 = np.lexsort((np.arange(m), s, fo))
+    same = np.zeros(m, dtype=bool)
+    same[1:] = (fo[o2][1:] == fo[o2][:-1]) & (s[o2][1:] == s[o2][:-1])
+    px = np.full(m, _NEVER, dtype=np.int64)
+    px[o2[1:][same[1:]]] = t[o2[:-1][same[1:]]]
+    keys = gid * _SPAN + np.clip(cm, -_HALF, _HALF)
+    j = np.searchsorted(keys, gid * _SPAN + np.clip(s, -_HALF, _HALF), side="right")
+    j = np.minimum(j, m - 1)
+    cover_t = np.where(fo[j] == fo, t[j], _NEVER)
+    t_copy = np.where(px != _NEVER, px, cover_t)
+    una = rs["una"][data_o]
+    t_adv = rs["t_adv"][data_o]
+    una_eff = np.where(una == _NEG, 0, una)
+    head = s == una_eff
+    tail = end == nxt_b
+    flags = p.flags[data_o]
+    syn = (flags & SYN) != 0
+    thr = int(tolerance * rto_min_s * 1e9)
+    waited = np.minimum(t - t_copy, np.where(t_adv == _NEVER, np.iinfo(np.int64).max, t - t_adv))
+    # Open state: every earlier retransmission's recovery point acknowledged, no dup ACKs since
+    rp = _gcummax(np.where(rtx, nxt_b, _NEG), gid)
+    rp_b = _shift(rp, first, _NEG)
+    open_state = ((rp_b == _NEG) | (rp_b <= una_eff)) & (rs["dups"][data_o] == 0)
+    tlp = rtx & ~syn & single & tail & open_state
+    zero_win = rs["win"][data_o] == 0
+    rto = rtx & ~syn & ~tlp & head & single & (waited >= thr) & ~zero_win
+    syn_to = rtx & syn & (t - rs["t_rev"][data_o] >= burst) & (t - t_copy >= thr)
+    idle = t - np.maximum(prev_t, t_adv)
+    ev = np.flatnonzero(rto | tlp | syn_to)
+    # backoff: consecutive timeouts of the same segment with no ACK progress in between
+    backoff = np.zeros(m, dtype=np.int64)
+    to_idx = np.flatnonzero(rto | syn_to)
+    if to_idx.size > 1:
+        a, b = to_idx[:-1], to_idx[1:]
+        cont = (fo[a] == fo[b]) & (s[a] == s[b]) & (t_adv[b] <= t[a])
+        run = np.zeros(to_idx.size, dtype=np.int64)
+        for k in np.flatnonzero(cont).tolist():  # few events: a plain loop
+            run[k + 1] = run[k] + 1
+        backoff[to_idx] = run
+    # tshark-style relative sequence numbers: 0 at the SYN, 1 at the first byte without one
+    first_pkt = d.order[d.starts[:-1]]
+    rel_base = np.where((p.flags[first_pkt] & SYN) != 0, 0, -1)
+    flows: list[FlowRto] = []
+    per: dict[int, list[int]] = {}
+    for k in ev.tolist():
+        per.setdefault(int(fo[k]), []).append(k)
+    for fid in np.unique(fo).tolist():
+        src, sport, dst, dport = d.keys[fid]
+        events = []
+        for k in per.get(fid, []):
+            kind = "syn" if syn_to[k] else ("tlp" if tlp[k] else "rto")
+            events.append(RtoEvent(t=float(t[k]) / 1e9, frame=int(p.frame[data_o[k]]),
+                                   seq=int(s[k] - rel_base[fid]),
+                                   seq_raw=int(p.seq[data_o[k]]), kind=kind,
+                                   idle_s=round(float(idle[k]) / 1e9, 6) if prev_t[k] != _NEVER else 0.0,
+                                   backoff=int(backoff[k])))
+        to = [e for e in events if e.kind != "tlp"]
+        flows.append(FlowRto(flow=d.name(fid), src=ip_to_str(src), sport=sport, dst=ip_to_str(dst),
+                             dport=dport, timeouts=len(to), loss_probes=len(events) - len(to),
+                             stall_s=round(sum(e.idle_s for e in to), 6), events=events))
+    return RtoAnalysis(flows=flows)
