@@ -7,14 +7,20 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 
 from analysis.errors import AnalysisError
+from analysis.goodput import delivered_bytes
 from analysis.pcapfile import read_pcap
+from analysis.rto import RTO_MIN_S, rto_events
 from analysis.tcp import analyze
 
-_TEXT_KEYS = ("packets", "segments", "bytes", "retransmits", "fast_retransmits", "timeout_retransmits",
-              "wireshark_fast_retransmits", "spurious_retransmits", "dup_acks", "out_of_order",
-              "zero_window", "lost_segments", "flows", "connections")
+_TEXT_KEYS = ("records", "packets", "segments", "bytes", "retransmits", "fast_retransmits",
+              "timeout_retransmits", "wireshark_fast_retransmits", "spurious_retransmits", "dup_acks",
+              "out_of_order", "zero_window", "lost_segments", "timeouts", "loss_probes", "stall_s",
+              "delivered_bytes", "flows", "connections")
+_FLOW_KEYS = ("segments", "retransmits", "dup_acks", "out_of_order", "timeouts", "loss_probes",
+              "delivered_bytes")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -22,7 +28,7 @@ class _Parser(argparse.ArgumentParser):
         raise AnalysisError(message)
 
 
-def _run(prog: str, fn, argv: list[str]) -> int:
+def _run(prog: str, fn: Callable[[list[str]], int], argv: list[str]) -> int:
     try:
         return fn(argv)
     except AnalysisError as exc:
@@ -34,59 +40,122 @@ def _run(prog: str, fn, argv: list[str]) -> int:
         return 0
 
 
-def analyze_counts(path: str, *, allow_truncated: bool = False, per_flow: bool = False) -> dict[str, object]:
-    """The counts `incastlab analyze` prints: tcp.TcpAnalysis.summary() plus file info."""
-    pk = read_pcap(path, allow_truncated=allow_truncated)
+def analyze_counts(path: str, *, allow_truncated: bool = False, per_flow: bool = False,
+                   rto_min_s: float = RTO_MIN_S) -> dict[str, object]:
+    """The counts `incastlab analyze` prints for one file.
+
+    tcp.TcpAnalysis.summary() (segment counts, Wireshark-style classification) plus: file,
+    truncated_at, records (all records of the file, TCP or not); timeouts, loss_probes, stall_s
+    (rto.rto_events: timeout *events*, meaningful on a sender's capture); delivered_bytes
+    (goodput.delivered_bytes: unique payload bytes, meaningful on a receiver's capture). A valid
+    capture without TCP packets (e.g. only a file header) gives zeros. With per_flow, "per_flow"
+    lists each flow direction with the same counts.
+    """
+    pk = read_pcap(path, allow_truncated=allow_truncated, require_tcp=False)
     an = analyze(pk)
-    res: dict[str, object] = {"file": path, "truncated_at": pk.truncated_at}
+    rt = rto_events(pk, rto_min_s=rto_min_s)
+    dl = delivered_bytes(pk)
+    res: dict[str, object] = {"file": path, "truncated_at": pk.truncated_at, "records": pk.records}
     res.update(an.summary())
+    res.update(timeouts=rt.timeouts, loss_probes=rt.loss_probes, stall_s=rt.stall_s, delivered_bytes=dl.bytes)
     if per_flow:
-        res["per_flow"] = an.per_flow()
+        to = {f.flow: f for f in rt.flows}
+        got = {f.flow: f.bytes for f in dl.flows}
+        rows = an.per_flow()
+        for row in rows:
+            f = to.get(str(row["flow"]))
+            row.update(timeouts=f.timeouts if f else 0, loss_probes=f.loss_probes if f else 0,
+                       stall_s=f.stall_s if f else 0.0, delivered_bytes=got.get(str(row["flow"]), 0))
+        res["per_flow"] = rows
     return res
 
 
-def _analyze(argv: list[str]) -> int:
-    ap = _Parser(prog="incastlab analyze", description="TCP counts of any pcap file")
-    ap.add_argument("pcap")
-    ap.add_argument("--json", action="store_true", help="print the counts as JSON")
-    ap.add_argument("--per-flow", action="store_true", help="also the counts of each flow direction")
-    ap.add_argument("--allow-truncated", action="store_true", help="count what precedes a cut record")
-    a = ap.parse_args(argv)
-    res = analyze_counts(a.pcap, allow_truncated=a.allow_truncated, per_flow=a.per_flow)
-    if a.json:
-        print(json.dumps(res, indent=1))
-        return 0
-    print(f"{a.pcap}" + (f" (truncated at record {res['truncated_at']})" if res["truncated_at"] else ""))
+def _print_text(res: dict[str, object]) -> None:
+    head = str(res["file"])
+    if res["truncated_at"]:
+        head += f" (truncated at record {res['truncated_at']})"
+    if not res["packets"]:
+        head += f" (no IPv4 TCP packets in {res['records']} records)"
+    print(head)
     for k in _TEXT_KEYS:
         print(f"  {k:<27} {res[k]}")
     for row in res.get("per_flow", []):  # type: ignore[union-attr]
-        print(f"  {row['flow']}: segments={row['segments']} retransmits={row['retransmits']} "
-              f"dup_acks={row['dup_acks']} out_of_order={row['out_of_order']}")
-    return 0
+        print(f"  {row['flow']}: " + " ".join(f"{k}={row[k]}" for k in _FLOW_KEYS))
+
+
+def _analyze(argv: list[str]) -> int:
+    ap = _Parser(prog="incastlab analyze",
+                 description="TCP counts of pcap files: segments, retransmissions (fast / timeout, as "
+                             "Wireshark classifies them), dup ACKs, out-of-order, zero windows, timeout "
+                             "events and tail loss probes (count them on the sender's capture), delivered "
+                             "bytes (unique payload bytes; count them on the receiver's capture).")
+    ap.add_argument("pcap", nargs="+", help="one or more classic pcap files")
+    ap.add_argument("--json", action="store_true",
+                    help="print one JSON object per file, one per line (default: text)")
+    ap.add_argument("--per-flow", action="store_true",
+                    help="also the counts of each flow direction (default: totals only)")
+    ap.add_argument("--allow-truncated", action="store_true",
+                    help="count what precedes a cut record (default: a cut file is an error)")
+    ap.add_argument("--rto-min", type=float, default=RTO_MIN_S, metavar="S",
+                    help=f"the senders' minimum RTO in seconds, for the timeout count (default: {RTO_MIN_S})")
+    a = ap.parse_args(argv)
+    if a.rto_min <= 0:
+        raise AnalysisError("--rto-min must be > 0")
+    failed = 0
+    for path in a.pcap:
+        try:
+            res = analyze_counts(path, allow_truncated=a.allow_truncated, per_flow=a.per_flow,
+                                 rto_min_s=a.rto_min)
+        except AnalysisError as exc:
+            if len(a.pcap) == 1:
+                raise
+            failed += 1
+            print(f"incastlab analyze: error: {exc}", file=sys.stderr)
+            if a.json:
+                print(json.dumps({"file": path, "error": str(exc)}), flush=True)
+            continue
+        if a.json:
+            print(json.dumps(res), flush=True)
+        else:
+            _print_text(res)
+    return 2 if failed else 0
 
 
 def _inspect(argv: list[str]) -> int:
     from analysis.inspect import inspect_flow  # scapy import is slow, only load it here
 
-    ap = _Parser(prog="incastlab inspect", description="packets of one TCP flow, classified")
+    ap = _Parser(prog="incastlab inspect",
+                 description="the packets of one TCP connection (both directions), each labelled "
+                             "(retransmission, dup ACK, timeout, ...); sequence numbers and windows as "
+                             "tshark shows them")
     ap.add_argument("pcap")
-    ap.add_argument("--flow", required=True, help="SRC:PORT-DST:PORT")
-    ap.add_argument("--around", type=float, default=None, help="seconds since the capture start")
-    ap.add_argument("--span", type=float, default=0.05, help="half-width of the --around window (s)")
+    ap.add_argument("--flow", required=True, help="SRC:PORT-DST:PORT (required; either direction)")
+    ap.add_argument("--around", type=float, default=None,
+                    help="seconds since the capture's first packet (default: the whole connection)")
+    ap.add_argument("--span", type=float, default=0.05, help="half-width of the --around window in seconds "
+                                                              "(default: 0.05)")
+    ap.add_argument("--absolute", action="store_true",
+                    help="absolute sequence and ACK numbers (default: relative, as tshark shows them)")
+    ap.add_argument("--allow-truncated", action="store_true",
+                    help="show what precedes a cut record (default: a cut file is an error)")
     a = ap.parse_args(argv)
-    n = inspect_flow(a.pcap, a.flow, around=a.around, span=a.span)
+    if a.span < 0:
+        raise AnalysisError("--span must be >= 0")
+    n = inspect_flow(a.pcap, a.flow, around=a.around, span=a.span, absolute=a.absolute,
+                     allow_truncated=a.allow_truncated)
     if n == 0:
         raise AnalysisError("no packets of that flow in the --around window")
     return 0
 
 
 def analyze_main(argv: list[str]) -> int:
-    """`incastlab analyze PCAP [--json] [--per-flow] [--allow-truncated]`."""
+    """`incastlab analyze PCAP [PCAP ...] [--json] [--per-flow] [--allow-truncated] [--rto-min S]`."""
     return _run("incastlab analyze", _analyze, argv)
 
 
 def inspect_main(argv: list[str]) -> int:
-    """`incastlab inspect PCAP --flow SRC:PORT-DST:PORT [--around T] [--span S]`."""
+    """`incastlab inspect PCAP --flow SRC:PORT-DST:PORT [--around T] [--span S] [--absolute]
+    [--allow-truncated]`."""
     return _run("incastlab inspect", _inspect, argv)
 
 

@@ -1,5 +1,17 @@
 """Show a person the packets of one TCP connection with what each one is (retransmission, dup
-ACK, out-of-order, zero window ...), using tcp.py's classification and scapy's decoding."""
+ACK, out-of-order, zero window, timeout, loss probe ...), using tcp.py's and rto.py's
+classification. Sequence numbers, ACK numbers and windows are shown the way tshark shows them:
+
+- relative sequence numbers (default): a direction's base is its SYN's sequence number, or, when
+  the capture lacks the SYN, one less than the first sequence number seen, or one less than the
+  first ACK number that acknowledged it if that came first; values modulo 2**32, as tshark;
+- absolute (--absolute): the numbers in the headers;
+- a SYN without ACK shows no ACK number (its ACK field means nothing);
+- windows are scaled by the shift each side announced in its SYN when both SYNs of the handshake
+  are in the capture and both carry the option; with only one of them carrying it no scaling is in
+  use (the raw value is the window); without the handshake the values are the raw, unscaled fields
+  and the header says so.
+"""
 
 from __future__ import annotations
 
@@ -7,13 +19,15 @@ import sys
 from typing import TextIO
 
 import numpy as np
-import scapy.layers.l2  # noqa: F401  (registers the link types with scapy)
-from scapy.layers.inet import TCP
-from scapy.utils import PcapReader
 
 from analysis.errors import AnalysisError
-from analysis.pcapfile import read_pcap, str_to_ip
+from analysis.pcapfile import ACK, SYN, Packets, read_pcap, str_to_ip
+from analysis.rto import rto_events
 from analysis.tcp import analyze
+
+_FLAG_LETTERS = ((0x01, "F"), (0x02, "S"), (0x04, "R"), (0x08, "P"), (0x10, "A"), (0x20, "U"), (0x40, "E"),
+                 (0x80, "C"), (0x100, "N"))
+M32 = 0xFFFFFFFF
 
 
 def parse_flow(spec: str) -> tuple[int, int, int, int]:
@@ -26,42 +40,137 @@ def parse_flow(spec: str) -> tuple[int, int, int, int]:
         raise AnalysisError(f"bad --flow {spec!r}, want SRC:PORT-DST:PORT") from None
 
 
+def flag_string(flags: int) -> str:
+    """TCP flags as letters (scapy's order: F S R P A U E C N), e.g. 'PA', 'SA'."""
+    return "".join(ch for bit, ch in _FLAG_LETTERS if flags & bit)
+
+
+def tshark_bases(pk: Packets, conn: np.ndarray, fwd: np.ndarray) -> tuple[int | None, int | None]:
+    """tshark's relative-sequence base of each direction (forward, reverse) of one connection
+    (`conn`: its packet indices in capture order; `fwd`: per packet, forward direction)."""
+    base: list[int | None] = [None, None]
+    for i in conn.tolist():
+        me = 0 if fwd[i] else 1
+        fl = int(pk.flags[i])
+        if base[me] is None:
+            base[me] = int(pk.seq[i]) if fl & SYN else (int(pk.seq[i]) - 1) & M32
+        if fl & ACK and base[1 - me] is None:
+            base[1 - me] = (int(pk.ack[i]) - 1) & M32
+        if base[0] is not None and base[1] is not None:
+            break
+    return base[0], base[1]
+
+
+def _syn_wscale(path: str, frames: dict[int, int]) -> dict[int, int | None]:
+    """frame -> the window-scale shift in that frame's TCP options (None without the option)."""
+    import scapy.layers.l2  # noqa: F401  (registers the link types with scapy)
+    from scapy.layers.inet import TCP
+    from scapy.utils import PcapReader
+
+    out: dict[int, int | None] = {}
+    last = max(frames, default=0)
+    try:
+        with PcapReader(path) as reader:
+            for frame, pkt in enumerate(reader, start=1):
+                if frame > last:
+                    break
+                if frame in frames:
+                    tcp = pkt.getlayer(TCP)
+                    opts = dict((o[0], o[1]) for o in (tcp.options if tcp is not None else []) if len(o) == 2)
+                    ws = opts.get("WScale")
+                    out[frame] = min(int(ws), 14) if ws is not None else None
+    except Exception:  # noqa: BLE001 - a cut file or an odd record: scale what we could read
+        pass
+    return out
+
+
+def window_scales(path: str, pk: Packets, conn: np.ndarray, fwd: np.ndarray) -> tuple[int, int] | None:
+    """Window shift of (forward, reverse), (0, 0) when the handshake shows no scaling in use,
+    None when the capture lacks the handshake (windows unknown: show the raw fields)."""
+    fl = pk.flags[conn]
+    syn_f = conn[((fl & SYN) != 0) & fwd[conn]]
+    syn_r = conn[((fl & SYN) != 0) & ~fwd[conn]]
+    if not syn_f.size or not syn_r.size:
+        return None
+    frames = {int(pk.frame[syn_f[0]]): 0, int(pk.frame[syn_r[0]]): 1}
+    ws = _syn_wscale(path, frames)
+    if len(ws) != 2:
+        return None
+    a, b = ws[int(pk.frame[syn_f[0]])], ws[int(pk.frame[syn_r[0]])]
+    if a is None or b is None:
+        return (0, 0)  # RFC 7323: scaling only if both SYNs carry the option
+    return (a, b)
+
+
+def connection_rows(path: str, flow: str, *, absolute: bool = False,
+                    allow_truncated: bool = False) -> tuple[list[dict[str, object]], tuple[int, int] | None]:
+    """The packets of connection `flow` (both directions, capture order) as dicts: frame, t_rel
+    (s since the capture's first packet), dir ("->": flow's first endpoint sending), flags, seq,
+    ack (None on a SYN without ACK), len, win (scaled as tshark scales it), what (labels); and the
+    window shifts (forward, reverse), None when the capture lacks the handshake (windows raw)."""
+    src, sport, dst, dport = parse_flow(flow)
+    pk = read_pcap(path, allow_truncated=allow_truncated)
+    fwd = (pk.src == src) & (pk.sport == sport) & (pk.dst == dst) & (pk.dport == dport)
+    rev = (pk.src == dst) & (pk.sport == dport) & (pk.dst == src) & (pk.dport == sport)
+    conn = np.flatnonzero(fwd | rev)
+    if not conn.size:
+        raise AnalysisError(f"no packets of flow {flow} in {path}")
+    an = analyze(pk)
+    bases = tshark_bases(pk, conn, fwd)
+    scales = window_scales(path, pk, conn, fwd)
+    names = {"rto": "RTO timeout", "syn": "SYN timeout", "tlp": "tail loss probe"}
+    timer: dict[int, str] = {}
+    for f in rto_events(pk).flows:
+        for e in f.events:
+            timer[e.frame] = names[e.kind] + (f" (backoff {e.backoff})" if e.backoff else "")
+    t0 = int(pk.ts_ns[0])
+    rows: list[dict[str, object]] = []
+    for i in conn.tolist():
+        is_fwd = bool(fwd[i])
+        fl = int(pk.flags[i])
+        me = 0 if is_fwd else 1
+        seq, ack = int(pk.seq[i]), int(pk.ack[i])
+        if not absolute:
+            bs, ba = bases[me], bases[1 - me]
+            seq = (seq - bs) & M32 if bs is not None else seq
+            ack = (ack - ba) & M32 if ba is not None else ack
+        win = int(pk.win[i])
+        if scales is not None and not fl & SYN:
+            win <<= scales[me]
+        what = an.labels(i)
+        frame = int(pk.frame[i])
+        if frame in timer:
+            what.append(timer[frame])
+        rows.append({"frame": frame, "t_rel": (int(pk.ts_ns[i]) - t0) / 1e9, "dir": "->" if is_fwd else "<-",
+                     "flags": flag_string(fl), "seq": seq,
+                     "ack": None if (fl & SYN) and not (fl & ACK) else ack,
+                     "len": int(pk.plen[i]), "win": win, "what": what})
+    return rows, scales
+
+
 def inspect_flow(path: str, flow: str, around: float | None = None, span: float = 0.05,
-                 out: TextIO = sys.stdout) -> int:
+                 out: TextIO = sys.stdout, *, absolute: bool = False, allow_truncated: bool = False) -> int:
     """Print the packets of the connection `flow` (both directions); returns how many were printed.
 
     around: seconds since the first packet of the capture; only packets within +-span are shown.
+    absolute: raw sequence/ACK numbers instead of tshark's relative ones. allow_truncated: read
+    what precedes a cut record instead of failing.
     """
-    src, sport, dst, dport = parse_flow(flow)
-    pk = read_pcap(path)
-    an = analyze(pk)
-    fwd = (pk.src == src) & (pk.sport == sport) & (pk.dst == dst) & (pk.dport == dport)
-    rev = (pk.src == dst) & (pk.sport == dport) & (pk.dst == src) & (pk.dport == sport)
-    sel = fwd | rev
-    if not sel.any():
-        raise AnalysisError(f"no packets of flow {flow} in {path}")
-    t0 = int(pk.ts_ns[0])
-    rel = (pk.ts_ns - t0) / 1e9
+    rows, scales = connection_rows(path, flow, absolute=absolute, allow_truncated=allow_truncated)
     if around is not None:
-        sel &= np.abs(rel - around) <= span
-    idx = np.flatnonzero(sel)
-    want = {int(pk.frame[i]): int(i) for i in idx}
-    base_seq = {True: int(pk.seq[fwd][0]), False: int(pk.seq[rev][0]) if rev.any() else 0}
-    printed = 0
-    with PcapReader(path) as reader:
-        for frame, pkt in enumerate(reader, start=1):
-            if frame > max(want, default=0):
-                break
-            i = want.get(frame)
-            if i is None:
-                continue
-            is_fwd = bool(fwd[i])
-            rseq = (int(pk.seq[i]) - base_seq[is_fwd]) & 0xFFFFFFFF
-            rack = (int(pk.ack[i]) - base_seq[not is_fwd]) & 0xFFFFFFFF
-            tcp = pkt.getlayer(TCP)
-            fl = str(tcp.flags) if tcp is not None else "?"
-            what = ", ".join(an.labels(i))
-            out.write(f"{frame:>7} {rel[i]:10.6f} {'->' if is_fwd else '<-'} {fl:<4} seq={rseq:<10} "
-                      f"ack={rack:<10} len={int(pk.plen[i]):<5} win={int(pk.win[i]):<5} {what}\n")
-            printed += 1
-    return printed
+        rows = [r for r in rows if abs(float(r["t_rel"]) - around) <= span]  # type: ignore[arg-type]
+    if scales is None:
+        out.write(f"# {flow}: window sizes unscaled (the capture lacks the connection's handshake)\n")
+    else:
+        out.write(f"# {flow}: window scale -> x{1 << scales[0]}, <- x{1 << scales[1]} (from the handshake)\n")
+    out.write(f"# sequence numbers {'absolute' if absolute else 'relative (as tshark)'}; time in s since "
+              f"the capture's first packet; -> is {flow.split('-')[0]} sending\n")
+    win_head = "win" if scales is not None else "win(unscaled)"
+    out.write(f"{'frame':>7} {'time':>10} dir {'flags':<5} {'seq':<10} {'ack':<10} {'len':<5} "
+              f"{win_head:<13} what\n")
+    for r in rows:
+        ack = "" if r["ack"] is None else str(r["ack"])
+        line = (f"{r['frame']:>7} {r['t_rel']:10.6f} {r['dir']:<3} {r['flags']:<5} {r['seq']:<10} {ack:<10} "
+                f"{r['len']:<5} {r['win']:<13} {', '.join(r['what'])}")  # type: ignore[arg-type]
+        out.write(line.rstrip() + "\n")
+    return len(rows)

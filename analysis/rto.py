@@ -129,7 +129,7 @@ class RtoAnalysis:
 
     @property
     def stall_s(self) -> float:
-        return round(sum(f.stall_s for f in self.flows), 6)
+        return round(float(sum(f.stall_s for f in self.flows)), 6)
 
     def by_sender(self) -> dict[str, dict[str, float]]:
         """{sender IP: {"timeouts", "loss_probes", "stall_s"}} summed over its flows (the figure

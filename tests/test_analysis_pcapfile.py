@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import struct
 from pathlib import Path
 
@@ -104,6 +105,7 @@ def test_truncated_says_where_and_can_return_what_was_read(tmp_path: Path,
 
 
 def test_no_tcp(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """read_pcap refuses a capture without TCP by default; `analyze` reports zeros for it, exit 0."""
     f = tmp_path / "udp.pcap"
     udp = struct.pack("!BBHHHBBHII", 0x45, 0, 28, 1, 0, 64, 17, 0, 1, 2) + b"\x00" * 8
     with open(f, "wb") as fh:
@@ -111,10 +113,68 @@ def test_no_tcp(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
         fh.write(struct.pack("<IIII", 1, 0, len(udp), len(udp)) + udp)
     with pytest.raises(NoTcpError):
         read_pcap(f)
-    assert "no IPv4 TCP packets" in _errline(capsys, [str(f)])
-    h = tmp_path / "hdr.pcap"
+    h = tmp_path / "hdr.pcap"  # a valid capture of nothing: the global header only
     h.write_bytes(struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 128, 1))
-    assert "no IPv4 TCP packets" in _errline(capsys, [str(h)])
+    for path, records in ((f, 1), (h, 0)):
+        assert analyze_main([str(path)]) == 0
+        out = capsys.readouterr().out
+        assert f"no IPv4 TCP packets in {records} records" in out and "Traceback" not in out
+        assert analyze_main([str(path), "--json", "--per-flow"]) == 0
+        res = json.loads(capsys.readouterr().out)
+        assert res["records"] == records and res["per_flow"] == []
+        for key in ("packets", "segments", "retransmits", "timeouts", "loss_probes", "delivered_bytes",
+                    "flows"):
+            assert res[key] == 0, key
+        assert res["stall_s"] == 0.0
+
+
+def test_several_files_one_json_line_each(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    good, hdr, bad = tmp_path / "x.pcap", tmp_path / "hdr.pcap", tmp_path / "missing.pcap"
+    write_pcap(good)
+    hdr.write_bytes(struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 128, 1))
+    assert analyze_main([str(good), str(hdr), "--json"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [json.loads(x)["file"] for x in lines] == [str(good), str(hdr)]
+    assert json.loads(lines[0])["packets"] == 3 and json.loads(lines[1])["packets"] == 0
+    # a bad file among good ones: its error line, the others still counted, exit 2
+    assert analyze_main([str(good), str(bad), "--json"]) == 2
+    cap = capsys.readouterr()
+    rows = [json.loads(x) for x in cap.out.splitlines()]
+    assert rows[0]["packets"] == 3 and "no such file" in rows[1]["error"]
+    assert cap.err.count("\n") == 1 and "no such file" in cap.err
+    assert analyze_main([str(good), str(hdr)]) == 0
+    text = capsys.readouterr().out
+    assert text.count(str(good)) == 1 and text.count(str(hdr)) == 1 and "timeouts" in text
+
+
+def _option_help(text: str) -> dict[str, str]:
+    """--flag -> its help text, from argparse's --help output (options start a line with "  -")."""
+    out: dict[str, str] = {}
+    flag = None
+    for line in text.splitlines():
+        m = re.match(r"^  (?:-\w, )?(--[\w-]+)(.*)", line)
+        if m:
+            flag = m.group(1)
+            out[flag] = m.group(2)
+        elif flag and line.startswith("    "):
+            out[flag] += " " + line.strip()
+        else:
+            flag = None
+    return {k: " ".join(v.split()) for k, v in out.items()}
+
+
+def test_help_states_the_defaults(capsys: pytest.CaptureFixture[str]) -> None:
+    from analysis.cli import inspect_main
+
+    for main, flags in ((analyze_main, ("--json", "--per-flow", "--allow-truncated", "--rto-min")),
+                        (inspect_main, ("--around", "--span", "--absolute", "--allow-truncated"))):
+        assert main(["--help"]) == 0
+        helps = _option_help(capsys.readouterr().out)
+        for flag in flags:
+            assert "(default:" in helps[flag], flag
+    assert "(default: 0.05)" in helps["--span"]
+    assert analyze_main(["--help"]) == 0
+    assert "(default: 0.2)" in _option_help(capsys.readouterr().out)["--rto-min"]
 
 
 def test_bad_args_one_line(capsys: pytest.CaptureFixture[str]) -> None:
