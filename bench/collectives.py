@@ -19,16 +19,17 @@ import time
 from pathlib import Path
 from typing import Any
 
-from incastlab.runfolder import RunFolder, read_steps, write_json
+from runmodel.folder import RunFolder
+from runmodel.records import read_worker_log, write_json
 
 
 def comm_times(sdir: Path, skip: int = 1) -> list[float]:
     """Per step, the slowest worker's communication time (steps after the first `skip`)."""
     per_step: dict[int, float] = {}
     for log in sdir.glob("worker-*.jsonl"):
-        for r in read_steps(log):
-            if r["step"] >= skip:
-                per_step[r["step"]] = max(per_step.get(r["step"], 0.0), r["comm_s"])
+        for r in read_worker_log(log, 0).steps:
+            if r.step >= skip:
+                per_step[r.step] = max(per_step.get(r.step, 0.0), r.comm_s)
     return [per_step[k] for k in sorted(per_step)]
 
 
@@ -64,9 +65,10 @@ def table(rows: list[dict[str, Any]]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Run ring and ps at each size on the default fabric; print the table, write JSON."""
-    from incastlab.experiment import ExperimentConfig, run_experiment
+    from incastlab.runner import run_experiment
     from incastlab.session import fabric_session, terminate_as_interrupt
-    from topologies.spec import FabricSpec
+    from runmodel.config import ControllerOptions, ExperimentConfig
+    from runmodel.fabric import FabricSpec, build_plan
 
     ap = argparse.ArgumentParser(prog="bench.collectives", description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default="0.25,1", help="gradient sizes, MiB")
@@ -77,19 +79,21 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     terminate_as_interrupt()
     spec = FabricSpec(host_mbit=args.host_mbit, uplink_mbit=args.host_mbit)
-    folder = RunFolder(Path("results"), name=time.strftime("bench-%Y%m%d-%H%M%S"), link_latest=False)
+    folder = RunFolder.create(Path("results"), name=time.strftime("bench-%Y%m%d-%H%M%S"), link_latest=False)
     rows = []
 
     def say(msg: str) -> None:
         print(f"[bench] {msg}", file=sys.stderr, flush=True)
 
-    with fabric_session(spec, folder.path, interval=0.5, progress=say) as sess:
+    options = ControllerOptions()
+    with fabric_session(build_plan(spec), options, folder.path, progress=say, tcp=("cubic", None)) as sess:
         for size in (float(x) for x in args.sizes.split(",")):
-            sub = RunFolder(folder.path, name=f"size-{size:g}", link_latest=False)
-            cfg = ExperimentConfig(fabric=spec, workers=args.workers, strategies=["ring", "ps"],
-                                   steps=args.steps, grad_mb=size, batch=1, capture="none", interval=0.5)
+            sub = RunFolder.create(folder.path, name=f"size-{size:g}", link_latest=False)
+            cfg = ExperimentConfig(fabric=spec, controller=options, workers=args.workers,
+                                   strategies=("ring", "ps"), steps=args.steps, grad_mb=size, batch=1,
+                                   capture="none")
             cfg.validate()
-            write_json(sub.path / "config.json", cfg.to_dict())
+            sub.write_config(cfg)
             run_experiment(sess, cfg, sub, say)
             ring_t = statistics.median(comm_times(sub.path / "ring"))
             ps_t = statistics.median(comm_times(sub.path / "ps"))

@@ -9,7 +9,6 @@ tcpdump says "listening on", and `stop()` lets the buffers drain, SIGINTs, and r
 
 from __future__ import annotations
 
-import json
 import re
 import signal
 import subprocess
@@ -21,6 +20,8 @@ from functools import partial
 from pathlib import Path
 from types import TracebackType
 from typing import Any
+
+from runmodel.records import CapturePointReport, CaptureReport, write_json
 
 LISTENING = "listening on"
 _COUNTERS = {
@@ -181,7 +182,7 @@ class PcapCapture:
             self._report = self._halt(drain=True)
         if self.base_dir is not None:
             self.base_dir.mkdir(parents=True, exist_ok=True)
-            (self.base_dir / "capture.json").write_text(json.dumps(self._report, indent=2) + "\n")
+            write_json(self.base_dir / "capture.json", self._report)
         return self._report
 
     def _halt(self, drain: bool) -> dict[str, Any]:
@@ -212,33 +213,33 @@ class PcapCapture:
         return self._build_report()
 
     def _build_report(self) -> dict[str, Any]:
-        """The capture.json document from what each tcpdump printed."""
+        """The capture.json document (runmodel.records.CaptureReport) from what each tcpdump printed."""
         points = []
         for point in self.points:
             run = next((r for r in self._running if r.point is point), None)
-            entry = self._point_entry(point, run)
-            points.append(entry)
-        return {"points": points, "complete": bool(points) and all(p["complete"] for p in points)}
+            points.append(self._point_entry(point, run))
+        return CaptureReport(points).to_dict()
 
-    def _point_entry(self, point: CapturePoint, run: _Running | None) -> dict[str, Any]:
-        """One point's entry: tcpdump's counters, complete only if nothing was lost."""
-        entry: dict[str, Any] = {"name": point.name, "iface": point.iface, "file": self._rel(point.file),
-                                 "packets_captured": None, "packets_received": None,
-                                 "packets_dropped_kernel": None}
+    def _point_entry(self, point: CapturePoint, run: _Running | None) -> CapturePointReport:
+        """One point: tcpdump's counters, complete only if nothing was lost."""
         error = "never started" if run is None else run.error
+        stats: dict[str, int] = {}
         if run is not None:
             stats = parse_tcpdump_stats(run.lines)
-            entry.update(stats)
             if error is None and "packets_captured" not in stats:
                 error = f"tcpdump ended without its counters: {_first_error_line(run.lines)}"
             rc = run.proc.returncode if run.proc is not None else None
             if error is None and rc not in (0, None):
                 error = f"tcpdump exited with code {rc}: {_first_error_line(run.lines)}"
-        dropped = (entry["packets_dropped_kernel"] or 0) + entry.get("packets_dropped_interface", 0)
-        entry["complete"] = (error is None and dropped == 0 and entry["packets_received"] is not None
-                             and entry["packets_captured"] == entry["packets_received"])
-        entry["error"] = error
-        return entry
+        dropped = stats.get("packets_dropped_kernel", 0) + stats.get("packets_dropped_interface", 0)
+        complete = (error is None and dropped == 0 and stats.get("packets_received") is not None
+                    and stats.get("packets_captured") == stats.get("packets_received"))
+        return CapturePointReport(name=point.name, iface=point.iface, file=self._rel(point.file),
+                                  packets_captured=stats.get("packets_captured"),
+                                  packets_received=stats.get("packets_received"),
+                                  packets_dropped_kernel=stats.get("packets_dropped_kernel"),
+                                  complete=complete, error=error,
+                                  packets_dropped_interface=stats.get("packets_dropped_interface"))
 
     def _rel(self, file: Path) -> str:
         """A point's file as written in capture.json: relative to base_dir when under it."""

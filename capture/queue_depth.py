@@ -23,6 +23,8 @@ from pathlib import Path
 from queue import Empty, Queue
 from typing import IO, Any, Protocol
 
+from runmodel.records import QueueSample
+
 # linux/rtnetlink.h, linux/netlink.h, linux/gen_stats.h, linux/pkt_sched.h
 RTM_GETTCLASS = 42
 NLMSG_ERROR, NLMSG_DONE = 2, 3
@@ -333,9 +335,10 @@ class QueueSampler:
         """Append one sample line and update the running summary."""
         t = time.time()
         assert self._file is not None
-        self._file.write(json.dumps({"t": round(t, 6), "backlog_bytes": stats.backlog_bytes,
-                                     "backlog_packets": stats.backlog_packets, "drops": stats.drops,
-                                     "sent_packets": stats.sent_packets}) + "\n")
+        sample = QueueSample(t=round(t, 6), backlog_bytes=stats.backlog_bytes,
+                             backlog_packets=stats.backlog_packets, drops=stats.drops,
+                             sent_packets=stats.sent_packets, port=self.iface)
+        self._file.write(json.dumps(sample.to_dict()) + "\n")
         self._file.flush()
         self._times.append(t)
         if self._first is None:

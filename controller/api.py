@@ -15,6 +15,7 @@ from typing import Any
 from urllib.parse import parse_qs
 
 from controller.stats import StatsStore
+from runmodel.fabric import Plan
 
 STATIC_DIR = Path(__file__).with_name("static")
 MAX_QUERY = 2048
@@ -28,7 +29,7 @@ StartResponse = Callable[[str, list[tuple[str, str]]], Any]
 class ApiApp:
     """WSGI app over a StatsStore, the plan, switch connection state and a phase file."""
 
-    def __init__(self, plan: dict[str, Any], store: StatsStore, connected: Callable[[], set[int]],
+    def __init__(self, plan: Plan, store: StatsStore, connected: Callable[[], set[int]],
                  phase_file: Path | None = None, static_dir: Path = STATIC_DIR) -> None:
         self.plan = plan
         self.store = store
@@ -80,14 +81,8 @@ class ApiApp:
     def topology(self, params: dict[str, list[str]]) -> tuple[str, list[tuple[str, str]], bytes]:
         """Switches (with connection state), hosts, links, the PS and its port."""
         up = self.connected()
-        doc = {
-            "switches": [dict(s, connected=s["dpid"] in up) for s in self.plan["switches"]],
-            "hosts": self.plan["hosts"],
-            "links": self.plan["links"],
-            "ps_host": self.plan["ps_host"],
-            "ps_port": self.plan["ps_port"],
-            "spec": self.plan.get("spec", {}),
-        }
+        doc = self.plan.to_dict()
+        doc["switches"] = [dict(s, connected=s["dpid"] in up) for s in doc["switches"]]
         return self._json(200, doc)
 
     def ports(self, params: dict[str, list[str]]) -> tuple[str, list[tuple[str, str]], bytes]:

@@ -19,8 +19,9 @@ from os_ken.lib import hub
 from os_ken.ofproto import ofproto_v1_3
 
 from controller.api import CLIENT_TIMEOUT, ApiApp
-from controller.routing import FlowRule, GroupRule, SwitchRules, compute_rules, uplink_of_port
+from controller.routing import FlowRule, GroupRule, SwitchRules, compute_rules
 from controller.stats import StatsStore
+from runmodel.fabric import Plan
 
 CONFIG: dict[str, Any] = {}
 LOG = logging.getLogger("incastlab.controller")
@@ -33,7 +34,7 @@ class FabricController(app_manager.OSKenApp):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.plan: dict[str, Any] = CONFIG["plan"]
+        self.plan: Plan = CONFIG["plan"]
         self.interval: float = float(CONFIG.get("interval", 1.0))
         self.down: set[tuple[str, str]] = set()  # dead (leaf, spine) links
         self.port_state: dict[tuple[str, int], bool] = {}
@@ -88,7 +89,7 @@ class FabricController(app_manager.OSKenApp):
         if first and not down:
             return
         self.store.add_event("port_down" if down else "port_up", switch=name, port=port)
-        link = uplink_of_port(self.plan, name, port)
+        link = self.plan.uplink_of_port(name, port)
         if link is None:
             return
         changed = link not in self.down if down else link in self.down

@@ -18,6 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from controller.main import port_free
+from runmodel.config import ControllerOptions
+from runmodel.fabric import Plan
+from runmodel.folder import RunFolder
 
 
 class ControllerError(RuntimeError):
@@ -37,27 +40,27 @@ class ControllerProcess:
     127.0.0.1, and neither the OpenFlow port nor the API has any authentication.
     """
 
-    def __init__(self, plan: dict[str, Any], workdir: Path, of_port: int = 6653, api_port: int = 8080,
-                 api_host: str = "127.0.0.1", interval: float = 1.0, record: Path | None = None,
-                 of_host: str = "127.0.0.1") -> None:
+    def __init__(self, plan: Plan, options: ControllerOptions, workdir: Path,
+                 record: Path | None = None) -> None:
         self.plan = plan
+        self.options = options
         self.workdir = workdir
-        self.of_host = of_host
-        self.of_port = of_port
-        self.api_port = api_port
-        self.api_host = api_host
-        self.interval = interval
+        self.of_host = options.of_host
+        self.of_port = options.of_port
+        self.api_port = options.api_port
+        self.api_host = options.api_host
+        self.interval = options.interval
         self.record = record
-        self.plan_file = workdir / "plan.json"
-        self.phase_file = workdir / "phase.json"
-        self.log_file = workdir / "controller.log"
+        folder = RunFolder(workdir)
+        self.plan_file = folder.plan_file
+        self.phase_file = folder.phase_file
+        self.log_file = folder.controller_log
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
     def base(self) -> str:
         """Base URL of the API."""
-        host = "127.0.0.1" if self.api_host in ("0.0.0.0", "") else self.api_host
-        return f"http://{host}:{self.api_port}"
+        return self.options.base_url
 
     def check_ports(self) -> None:
         """Refuse early when the OpenFlow or API port is taken."""
@@ -72,7 +75,7 @@ class ControllerProcess:
         """Start the process and wait until its API answers."""
         self.check_ports()
         self.workdir.mkdir(parents=True, exist_ok=True)
-        self.plan_file.write_text(json.dumps(self.plan, indent=1))
+        self.plan_file.write_text(json.dumps(self.plan.to_dict(), indent=1))
         argv = [sys.executable, "-m", "controller.main", "--plan", str(self.plan_file),
                 "--of-host", self.of_host, "--of-port", str(self.of_port),
                 "--api-host", self.api_host, "--api-port", str(self.api_port),

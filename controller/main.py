@@ -13,6 +13,8 @@ import socket
 import sys
 from pathlib import Path
 
+from runmodel.fabric import Plan
+
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """Command-line options of the controller process."""
@@ -47,8 +49,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"controller: --interval must be in (0, 60] s, got {args.interval}", file=sys.stderr)
         return 2
     try:
-        plan = json.loads(args.plan.read_text())
-    except (OSError, ValueError) as exc:
+        plan = Plan.from_dict(json.loads(args.plan.read_text()))
+    except (OSError, ValueError, KeyError, TypeError) as exc:
         print(f"controller: cannot read plan {args.plan}: {exc}", file=sys.stderr)
         return 2
     for what, host, port in (("OpenFlow", args.of_host, args.of_port), ("API", args.api_host, args.api_port)):

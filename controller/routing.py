@@ -19,6 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from runmodel.fabric import HostPlan, Plan
+
 GROUP_BASE = 100  # group toward remote leaf k is GROUP_BASE + k
 PRIO_UNICAST = 100
 PRIO_BROADCAST = 50
@@ -59,49 +61,39 @@ def group_id(leaf: str) -> int:
     return GROUP_BASE + int(leaf[2:])
 
 
-def uplink_of_port(plan: dict[str, Any], switch: str, port: int) -> tuple[str, str] | None:
-    """(leaf, spine) of the leaf-spine link that ends at switch:port, or None for a host port."""
-    for link in plan["links"]:
-        if link["kind"] != "uplink":
-            continue
-        if (link["a"], link["a_port"]) == (switch, port) or (link["b"], link["b_port"]) == (switch, port):
-            return link["a"], link["b"]
-    return None
-
-
-def compute_rules(plan: dict[str, Any], down: set[tuple[str, str]] | None = None) -> dict[int, SwitchRules]:
+def compute_rules(plan: Plan, down: set[tuple[str, str]] | None = None) -> dict[int, SwitchRules]:
     """Rules for every switch of the plan, keyed by datapath id; `down` holds dead (leaf, spine) links."""
     down = down or set()
-    spines = sorted((s for s in plan["switches"] if s["role"] == "spine"), key=lambda s: s["dpid"])
-    leaves = sorted((s for s in plan["switches"] if s["role"] == "leaf"), key=lambda s: s["dpid"])
+    spines = sorted((s for s in plan.switches if s.role == "spine"), key=lambda s: s.dpid)
+    leaves = sorted((s for s in plan.switches if s.role == "leaf"), key=lambda s: s.dpid)
     uplink_of: dict[tuple[str, str], int] = {}  # (leaf, spine) -> leaf port
     downlink_of: dict[tuple[str, str], int] = {}  # (spine, leaf) -> spine port
-    for link in plan["links"]:
-        if link["kind"] == "uplink":
-            uplink_of[(link["a"], link["b"])] = link["a_port"]
-            downlink_of[(link["b"], link["a"])] = link["b_port"]
-    hosts_on: dict[str, list[dict[str, Any]]] = {leaf["name"]: [] for leaf in leaves}
-    for host in plan["hosts"]:
-        hosts_on[host["leaf"]].append(host)
+    for link in plan.links:
+        if link.kind == "uplink":
+            uplink_of[(link.a, link.b)] = link.a_port
+            downlink_of[(link.b, link.a)] = link.b_port
+    hosts_on: dict[str, list[HostPlan]] = {leaf.name: [] for leaf in leaves}
+    for host in plan.hosts:
+        hosts_on[host.leaf].append(host)
 
     rules: dict[int, SwitchRules] = {}
     for leaf in leaves:
-        name = leaf["name"]
-        sr = SwitchRules(name, leaf["dpid"], "leaf")
-        up_ports = tuple(uplink_of[(name, sp["name"])] for sp in spines)
-        host_ports = tuple(h["port"] for h in hosts_on[name])
+        name = leaf.name
+        sr = SwitchRules(name, leaf.dpid, "leaf")
+        up_ports = tuple(uplink_of[(name, sp.name)] for sp in spines)
+        host_ports = tuple(h.port for h in hosts_on[name])
         for other in leaves:
-            if other["name"] == name:
+            if other.name == name:
                 continue
-            alive = tuple(uplink_of[(name, sp["name"])] for sp in spines
-                          if (name, sp["name"]) not in down and (other["name"], sp["name"]) not in down)
-            sr.groups.append(GroupRule(group_id(other["name"]), alive))
-        for host in plan["hosts"]:
-            match = {"eth_dst": host["mac"]}
-            if host["leaf"] == name:
-                sr.flows.append(FlowRule(PRIO_UNICAST, match, out_ports=(host["port"],)))
+            alive = tuple(uplink_of[(name, sp.name)] for sp in spines
+                          if (name, sp.name) not in down and (other.name, sp.name) not in down)
+            sr.groups.append(GroupRule(group_id(other.name), alive))
+        for host in plan.hosts:
+            match = {"eth_dst": host.mac}
+            if host.leaf == name:
+                sr.flows.append(FlowRule(PRIO_UNICAST, match, out_ports=(host.port,)))
             else:
-                sr.flows.append(FlowRule(PRIO_UNICAST, match, group=group_id(host["leaf"])))
+                sr.flows.append(FlowRule(PRIO_UNICAST, match, group=group_id(host.leaf)))
         for port in host_ports:
             others = tuple(p for p in host_ports if p != port)
             sr.flows.append(FlowRule(PRIO_BROADCAST, {"in_port": port, "eth_dst": MULTICAST_BIT},
@@ -109,16 +101,16 @@ def compute_rules(plan: dict[str, Any], down: set[tuple[str, str]] | None = None
         for port in up_ports:
             sr.flows.append(FlowRule(PRIO_BROADCAST, {"in_port": port, "eth_dst": MULTICAST_BIT},
                                      out_ports=host_ports))
-        rules[leaf["dpid"]] = sr
+        rules[leaf.dpid] = sr
     for spine in spines:
-        name = spine["name"]
-        sr = SwitchRules(name, spine["dpid"], "spine")
-        down_ports = tuple(downlink_of[(name, lf["name"])] for lf in leaves)
-        for host in plan["hosts"]:
-            sr.flows.append(FlowRule(PRIO_UNICAST, {"eth_dst": host["mac"]},
-                                     out_ports=(downlink_of[(name, host["leaf"])],)))
+        name = spine.name
+        sr = SwitchRules(name, spine.dpid, "spine")
+        down_ports = tuple(downlink_of[(name, lf.name)] for lf in leaves)
+        for host in plan.hosts:
+            sr.flows.append(FlowRule(PRIO_UNICAST, {"eth_dst": host.mac},
+                                     out_ports=(downlink_of[(name, host.leaf)],)))
         for port in down_ports:
             sr.flows.append(FlowRule(PRIO_BROADCAST, {"in_port": port, "eth_dst": MULTICAST_BIT},
                                      out_ports=tuple(p for p in down_ports if p != port)))
-        rules[spine["dpid"]] = sr
+        rules[spine.dpid] = sr
     return rules

@@ -15,6 +15,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
+from runmodel.fabric import Plan
+
 PORT_FIELDS = ("tx_bytes", "rx_bytes", "tx_packets", "rx_packets", "tx_dropped", "rx_dropped",
                "tx_errors", "rx_errors")
 QUEUE_FIELDS = ("tx_bytes", "tx_packets", "drops")
@@ -23,21 +25,15 @@ QUEUE_FIELDS = ("tx_bytes", "tx_packets", "drops")
 class StatsStore:
     """Latest port/queue counters with rates, plus a time series of every sample."""
 
-    def __init__(self, plan: dict[str, Any], max_samples: int = 500_000,
+    def __init__(self, plan: Plan, max_samples: int = 500_000,
                  record: Path | None = None, clock: Callable[[], float] | None = None) -> None:
         import time
 
         self._clock = clock or time.time
         self._lock = threading.Lock()
-        self.dpid_name = {s["dpid"]: s["name"] for s in plan["switches"]}
-        self.peer: dict[tuple[str, int], str] = {}
-        self.rate_mbit: dict[tuple[str, int], float] = {}
-        for link in plan["links"]:
-            self.peer[(link["a"], link["a_port"])] = link["b"]
-            self.rate_mbit[(link["a"], link["a_port"])] = link["rate_mbit"]
-            if link["kind"] == "uplink":
-                self.peer[(link["b"], link["b_port"])] = link["a"]
-                self.rate_mbit[(link["b"], link["b_port"])] = link["rate_mbit"]
+        self.dpid_name = {s.dpid: s.name for s in plan.switches}
+        self.peer = {(p.switch, p.port): p.peer for p in plan.switch_ports()}
+        self.rate_mbit = {(p.switch, p.port): p.rate_mbit for p in plan.switch_ports()}
         self.ports: dict[tuple[str, int], dict[str, Any]] = {}
         self.queues: dict[tuple[str, int, int], dict[str, Any]] = {}
         self.series: deque[dict[str, Any]] = deque(maxlen=max_samples)

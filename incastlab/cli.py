@@ -1,21 +1,30 @@
-"""The `incastlab` command: one subcommand per job; the Makefile targets wrap them.
+"""The `incastlab` command: one argparse tree, one subcommand per job; the Makefile wraps them.
 
-Errors a user can cause (bad parameters, a port in use, leftovers, a missing binary) end with one
-line on stderr and exit code 2; Ctrl-C and SIGTERM tear the fabric down before exiting.
+Every flag of the fabric, the controller and the experiment is made from its dataclass field
+(runmodel.params), so a parameter cannot exist without its flag or the other way round, and a
+flag's help shows the default that applies (for compare and straggler: the scenario file's).
+Errors a user can cause end with one line on stderr and exit code 2; a failed strategy with 1;
+Ctrl-C, SIGTERM and SIGHUP tear the fabric down and exit 130.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
-from topologies.spec import FabricSpec, SpecError
+from runmodel.config import ControllerOptions, ExperimentConfig, load_scenario
+from runmodel.fabric import FabricSpec
+from runmodel.params import Flag, ParamError, flags
 
 EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+SCENARIO_DIR = Path(__file__).with_name("scenarios")
 
 
 class UsageError(RuntimeError):
@@ -27,65 +36,81 @@ def say(msg: str) -> None:
     print(f"[incastlab {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
-def add_fabric_args(p: argparse.ArgumentParser) -> None:
-    """Options that shape the fabric, shared by every command that builds one."""
-    d = FabricSpec()
-    g = p.add_argument_group("fabric")
-    g.add_argument("--spines", type=int, default=d.spines, help=f"spine switches (default {d.spines})")
-    g.add_argument("--leaves", type=int, default=d.leaves, help=f"leaf switches (default {d.leaves})")
-    g.add_argument("--hosts-per-leaf", type=int, default=d.hosts_per_leaf,
-                   help=f"hosts under each leaf (default {d.hosts_per_leaf})")
-    g.add_argument("--host-mbit", type=float, default=d.host_mbit,
-                   help=f"host link rate, Mbit/s (default {d.host_mbit:g})")
-    g.add_argument("--uplink-mbit", type=float, default=d.uplink_mbit,
-                   help=f"leaf-spine link rate, Mbit/s (default {d.uplink_mbit:g})")
-    g.add_argument("--buffer", type=int, default=d.buffer_pkts, dest="buffer_pkts",
-                   help=f"switch port buffer, packets (default {d.buffer_pkts})")
-    g.add_argument("--ps-host", default=d.ps_host, help=f"parameter-server host (default {d.ps_host})")
-    g.add_argument("--delay-ms", type=float, default=0.0, help="host link delay (needs sch_netem)")
-    g.add_argument("--loss-pct", type=float, default=0.0, help="host link loss %% (needs sch_netem)")
-    g.add_argument("--datapath", choices=("auto", "user", "kernel"), default="auto",
-                   help="OVS datapath (default: kernel if its module is there, else user)")
-    c = p.add_argument_group("controller")
-    c.add_argument("--api-port", type=int, default=8080, help="controller API/dashboard port (default 8080)")
-    c.add_argument("--api-host", default="127.0.0.1",
-                   help="API listen address (default loopback; anything else exposes it)")
-    c.add_argument("--of-port", type=int, default=6653, help="OpenFlow port (default 6653)")
-    c.add_argument("--interval", type=float, default=1.0, help="statistics poll interval, s (default 1)")
+class Parser(argparse.ArgumentParser):
+    """argparse whose errors are one line: `incastlab compare: error: ...`, exit 2."""
+
+    def error(self, message: str) -> NoReturn:
+        print(f"{self.prog}: error: {message}", file=sys.stderr)
+        raise SystemExit(EXIT_USAGE)
 
 
-def spec_from_args(args: argparse.Namespace, base: dict[str, Any] | None = None) -> FabricSpec:
-    """A validated FabricSpec from the command line (over a scenario's fabric, when given)."""
-    data = dict(base or {})
-    for key in ("spines", "leaves", "hosts_per_leaf", "host_mbit", "uplink_mbit", "buffer_pkts", "ps_host",
-                "delay_ms", "loss_pct"):
-        data[key] = getattr(args, key)
-    return FabricSpec.from_dict(data)
+# -- flags from the run model -----------------------------------------------------------------------
+PARAM_CLASSES: tuple[type, ...] = (FabricSpec, ControllerOptions, ExperimentConfig)
 
 
-def check_ports_args(args: argparse.Namespace) -> None:
-    """Refuse impossible port numbers and an interval out of range before anything starts."""
-    for name in ("api_port", "of_port"):
-        port = getattr(args, name)
-        if not 0 < port < 65536:
-            raise UsageError(f"--{name.replace('_', '-')} must be a TCP port (1-65535), got {port}")
-    if args.api_port == args.of_port:
-        raise UsageError("--api-port and --of-port must differ")
-    if not 0 < args.interval <= 60:
-        raise UsageError(f"--interval must be in (0, 60] seconds, got {args.interval}")
+def _dest(flag: Flag) -> str:
+    return f"param_{flag.name}"
+
+
+def add_param_flags(p: argparse.ArgumentParser, cls: type, title: str, defaults: Any = None) -> None:
+    """One flag per field of `cls`; `defaults` (an instance) gives the values shown as defaults."""
+    g = p.add_argument_group(title)
+    for fl in flags(cls):
+        shown = getattr(defaults, fl.name) if defaults is not None else fl.default
+        if isinstance(shown, tuple):
+            shown = ",".join(map(str, shown)) if shown else "none"
+        default_text = "none" if shown is None else shown
+        kw: dict[str, Any] = {"dest": _dest(fl), "default": None, "metavar": fl.metavar or fl.name.upper(),
+                              "help": f"{fl.help} (default: {default_text})".replace("%", "%%")}
+        if fl.choices:
+            kw["choices"] = fl.choices
+        if fl.repeat:
+            kw["action"] = "append"
+        g.add_argument(fl.flag, *fl.aliases, **kw)
+
+
+def given_params(args: argparse.Namespace, cls: type) -> dict[str, Any]:
+    """The fields of `cls` whose flags were given, parsed (ParamError names the flag)."""
+    out: dict[str, Any] = {}
+    for fl in flags(cls):
+        raw = getattr(args, _dest(fl), None)
+        if raw is None:
+            continue
+        try:
+            out[fl.name] = tuple(fl.parse(r) for r in raw) if fl.repeat else fl.parse(raw)
+        except (ValueError, TypeError) as exc:
+            if isinstance(exc, ParamError):
+                raise
+            raise ParamError(f"{fl.flag}: not a valid value: {raw!r}") from exc
+    return out
+
+
+def config_from_args(args: argparse.Namespace, base: ExperimentConfig) -> ExperimentConfig:
+    """The scenario's config with every flag given on the command line put over it, validated."""
+    cfg = base.overridden(given_params(args, FabricSpec), given_params(args, ControllerOptions),
+                          given_params(args, ExperimentConfig))
+    cfg.validate()
+    return cfg
+
+
+def fabric_and_controller(args: argparse.Namespace) -> tuple[FabricSpec, ControllerOptions]:
+    """The fabric and controller flags of `fabric` and `dashboard`, over the defaults."""
+    spec = FabricSpec(**given_params(args, FabricSpec))
+    options = ControllerOptions(**given_params(args, ControllerOptions))
+    options.validate()
+    return spec, options
 
 
 # -- subcommands ----------------------------------------------------------------------------------
 def cmd_fabric(args: argparse.Namespace) -> int:
     """Bring the fabric up, check it, calibrate it, optionally hand over to Mininet's CLI."""
     from incastlab.session import fabric_session
+    from runmodel.fabric import build_plan
     from topologies.calibrate import calibrate
 
-    spec = spec_from_args(args)
-    check_ports_args(args)
+    spec, options = fabric_and_controller(args)
     workdir = Path(args.workdir)
-    with fabric_session(spec, workdir, api_port=args.api_port, of_port=args.of_port, api_host=args.api_host,
-                        interval=args.interval, datapath=args.datapath, progress=say) as sess:
+    with fabric_session(build_plan(spec), options, workdir, progress=say) as sess:
         say(f"dashboard and API: {sess.controller.base}/")
         if not args.no_calibrate:
             cal = calibrate(sess.fabric, seconds=args.seconds, controller=sess.controller, progress=say)
@@ -125,39 +150,128 @@ def cmd_clean(args: argparse.Namespace) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
+def cmd_experiment(args: argparse.Namespace) -> int:
+    """Run the strategies on one fabric; write the run folder, summary, report; print the table."""
+    from incastlab.runner import ExperimentError, run_experiment
+    from incastlab.session import fabric_session
+    from runmodel.folder import RunFolder
+
+    scenario = Path(args.scenario) if args.scenario else SCENARIO_DIR / f"{args.default_scenario}.json"
+    cfg = config_from_args(args, load_scenario(scenario))
+    folder = RunFolder.create(Path(args.results))
+    folder.write_config(cfg, scenario=str(scenario))
+    say(f"run folder: {folder.path}")
+    error: str | None = None
+    code = 0
+    try:
+        with fabric_session(cfg.plan(), cfg.controller, folder.path, record=folder.controller_record,
+                            progress=say, tcp=(cfg.cc, None)) as sess:
+            env = dataclasses.asdict(sess.environment())
+            folder.write_config(cfg, scenario=str(scenario), environment=env)
+            say(f"dashboard: {sess.controller.base}/")
+            run_experiment(sess, cfg, folder, say)
+    except ExperimentError as exc:
+        error, code = str(exc), 1
+    except KeyboardInterrupt:
+        error, code = "interrupted", EXIT_INTERRUPTED
+    finally:
+        finish(folder.path, error)
+    if error:
+        print(f"incastlab {args.command}: {error}; results so far are in {folder.path}", file=sys.stderr)
+    return code
+
+
+def finish(run_dir: Path, error: str | None) -> None:
+    """Summary, table and report of whatever the run produced (also after a failure)."""
+    from analysis.summary import comparison_table, summarize
+
+    try:
+        say("summary: computing figures")
+        summary = summarize(run_dir)
+        print(comparison_table(summary), flush=True)
+    except Exception as exc:  # noqa: BLE001 - the run's files stay; the report can be rebuilt
+        say(f"summary failed: {type(exc).__name__}: {exc} (rebuild with `incastlab report {run_dir}`)")
+        return
+    try:
+        from analysis.report import build_report
+
+        say("report: building")
+        built = build_report(run_dir)
+        print(f"report: {built['files']['html']}", flush=True)
+    except Exception as exc:  # noqa: BLE001
+        say(f"report failed: {type(exc).__name__}: {exc} (rebuild with `incastlab report {run_dir}`)")
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    """Rebuild report.html/.md and figures of a saved run (and its summary if it has none)."""
+    from analysis.report import build_report
+
+    result = build_report(Path(args.run))
+    print(result["files"]["html"])
+    return 0
+
+
+def _delegate(module: str, func: str) -> Callable[[argparse.Namespace], int]:
+    def run(args: argparse.Namespace) -> int:
+        import importlib
+
+        return int(getattr(importlib.import_module(module), func)(args.rest))
+
+    return run
+
+
+# -- the tree ---------------------------------------------------------------------------------------
+def build_parser() -> Parser:
     """The argument parser of every subcommand."""
-    p = argparse.ArgumentParser(prog="incastlab", description=(
+    p = Parser(prog="incastlab", description=(
         "Why the network is the bottleneck of distributed training: "
         "PS vs ring all-reduce on an emulated leaf-spine fabric."))
-    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=Parser)
 
     f = sub.add_parser("fabric", help="bring up the fabric + controller, check and calibrate it")
-    add_fabric_args(f)
+    add_param_flags(f, FabricSpec, "fabric")
+    add_param_flags(f, ControllerOptions, "controller")
     f.add_argument("--cli", action="store_true", help="leave the user in Mininet's CLI")
     f.add_argument("--hold", action="store_true", help="keep the fabric up until Ctrl-C")
     f.add_argument("--no-calibrate", action="store_true", help="skip the link calibration")
-    f.add_argument("--seconds", type=float, default=2.0, help="seconds per calibration flow (default 2)")
-    f.add_argument("--workdir", default="results/fabric", help="where plan, logs and calibration go")
+    f.add_argument("--seconds", type=float, default=2.0, help="seconds per calibration flow (default: 2)")
+    f.add_argument("--workdir", default="results/fabric",
+                   help="where plan, logs and calibration go (default: results/fabric)")
     f.set_defaults(func=cmd_fabric)
 
     d = sub.add_parser("dashboard", help="bring up the fabric and serve the live dashboard until Ctrl-C")
-    add_fabric_args(d)
-    d.add_argument("--workdir", default="results/dashboard", help="where plan and logs go")
+    add_param_flags(d, FabricSpec, "fabric")
+    add_param_flags(d, ControllerOptions, "controller")
+    d.add_argument("--workdir", default="results/dashboard", help="where plan and logs go "
+                   "(default: results/dashboard)")
     d.set_defaults(func=cmd_dashboard)
+
+    for name, text in (("compare", "the main job: PS vs ring all-reduce, report in results/latest"),
+                       ("straggler", "sync, async, SSP and backup workers with one straggler")):
+        scenario = SCENARIO_DIR / f"{name}.json"
+        shown = load_scenario(scenario)
+        e = sub.add_parser(name, help=text, description=f"{text}. Defaults are those of {scenario.name}; "
+                           "any flag given overrides the scenario file.")
+        add_param_flags(e, ExperimentConfig, "experiment", shown)
+        add_param_flags(e, FabricSpec, "fabric", shown.fabric)
+        add_param_flags(e, ControllerOptions, "controller", shown.controller)
+        e.add_argument("--scenario", help=f"scenario file (default: the shipped {scenario.name})")
+        e.add_argument("--results", default="results", help="where run folders go (default: results/)")
+        e.set_defaults(func=cmd_experiment, default_scenario=name)
+
+    r = sub.add_parser("report", help="rebuild the report of a saved run folder")
+    r.add_argument("run", help="run folder, e.g. results/latest")
+    r.set_defaults(func=cmd_report)
+
+    for name, text in (("analyze", "count retransmissions, timeouts, dup ACKs... of any pcap"),
+                       ("inspect", "print one flow's packets with what each is")):
+        a = sub.add_parser(name, help=text, add_help=False)
+        a.add_argument("rest", nargs=argparse.REMAINDER)
+        a.set_defaults(func=_delegate("analysis.cli", f"{name}_main"))
 
     c = sub.add_parser("clean", help="remove bridges, veths, processes left by a crashed run")
     c.set_defaults(func=cmd_clean)
-
-    _add_late_commands(sub)
     return p
-
-
-def _add_late_commands(sub: Any) -> None:
-    """Subcommands whose modules are loaded only when used (they import torch or matplotlib)."""
-    from incastlab import commands
-
-    commands.register(sub)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -171,25 +285,25 @@ def main(argv: list[str] | None = None) -> int:
         return _main(argv)
     except KeyboardInterrupt:
         print(f"incastlab {command}: interrupted; the fabric was taken down", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
 
 
 def _main(argv: list[str]) -> int:
+    from analysis.errors import AnalysisError
     from controller.launch import ControllerError
-    from incastlab.commands import DELEGATED
     from incastlab.session import SessionError
     from topologies.fabric import FabricError
+    from topologies.hosttcp import HostTcpError
 
-    if argv and argv[0] in DELEGATED:  # their own parsers own every flag, --help included
-        import importlib
-
-        module, func = DELEGATED[argv[0]]
-        return int(getattr(importlib.import_module(module), func)(argv[1:]))
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = build_parser().parse_args(argv)
+    except ParamError as exc:  # a shipped scenario that does not load
+        print(f"incastlab: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     try:
         return int(args.func(args) or 0)
-    except (SpecError, UsageError, SessionError, FabricError, ControllerError) as exc:
+    except (ParamError, UsageError, SessionError, FabricError, ControllerError, HostTcpError,
+            AnalysisError) as exc:
         print(f"incastlab {args.command}: {exc}", file=sys.stderr)
         return EXIT_USAGE
 

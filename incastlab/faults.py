@@ -1,66 +1,20 @@
 """Fault injection during a strategy's run: links down, ports flapping, workers killed, the
 controller killed and restarted, each at a chosen time (seconds after the strategy starts) or step.
 
-Written as `KIND:TARGET@WHEN`, e.g. `link-down:lf1-eth1@5s`, `flap:lf2-eth2@3s`,
-`kill-worker:2@step4`, `controller-restart@4s`. Every fault that fires is appended to the
-strategy's faults.jsonl, so the report can mark it on its timelines.
+The specs (`KIND:TARGET@WHEN`) are parsed and checked in runmodel.faults. Every fault that fires is
+appended to the strategy's faults.jsonl, so the report can mark it on its timelines.
 """
 
 from __future__ import annotations
 
-import json
-import re
 import subprocess
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from topologies.spec import SpecError
-
-KINDS = ("link-down", "link-up", "flap", "kill-worker", "controller-restart", "controller-kill")
-_SPEC_RE = re.compile(r"^(?P<kind>[a-z-]+)(?::(?P<target>[^@]+))?"
-                      r"@(?:(?P<sec>\d+(?:\.\d+)?)s?|step(?P<step>\d+))$")
-
-
-@dataclass
-class Fault:
-    """One fault: what, on what, when (seconds after start, or when the slowest worker reaches a step)."""
-
-    kind: str
-    target: str = ""
-    at_s: float | None = None
-    at_step: int | None = None
-    duration_s: float = 3.0  # link-down before it comes back up (0: stays down); restart gap
-    fired: bool = False
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form."""
-        return asdict(self)
-
-
-def parse_fault(text: str, plan: dict[str, Any], workers: int) -> Fault:
-    """Parse `KIND:TARGET@WHEN`; refuse targets that do not exist, naming them."""
-    m = _SPEC_RE.match(text.strip())
-    if not m:
-        raise SpecError(f"fault {text!r}: expected KIND:TARGET@<seconds>s or KIND:TARGET@step<N>, "
-                        f"e.g. link-down:lf1-eth1@5s or kill-worker:2@step3")
-    kind, target = m["kind"], (m["target"] or "").strip()
-    if kind not in KINDS:
-        raise SpecError(f"fault {text!r}: unknown kind {kind!r} (known: {', '.join(KINDS)})")
-    fault = Fault(kind, target, at_s=float(m["sec"]) if m["sec"] else None,
-                  at_step=int(m["step"]) if m["step"] else None)
-    ports = {f"{ln['a']}-eth{ln['a_port']}" for ln in plan["links"]}
-    ports |= {f"{ln['b']}-eth{ln['b_port']}" for ln in plan["links"] if ln["kind"] == "uplink"}
-    if kind in ("link-down", "link-up", "flap") and target not in ports:
-        raise SpecError(f"fault {text!r}: no switch port {target!r} (e.g. lf1-eth1 is lf1's uplink to sp1)")
-    if kind == "kill-worker":
-        if not target.isdigit() or not 0 <= int(target) < workers:
-            raise SpecError(f"fault {text!r}: kill-worker needs a worker rank 0..{workers - 1}")
-    if kind.startswith("controller") and target:
-        raise SpecError(f"fault {text!r}: {kind} takes no target (controller-restart@4s)")
-    return fault
+from runmodel.faults import Fault
+from runmodel.records import FaultRecord, JsonlWriter
 
 
 class FaultInjector:
@@ -68,8 +22,9 @@ class FaultInjector:
 
     def __init__(self, faults: list[Fault], log: Path, kill_worker: Callable[[int], None],
                  controller: Any, say: Callable[[str], None]) -> None:
-        self.faults = [Fault(**{**f.to_dict(), "fired": False}) for f in faults]
-        self.log = log
+        self.faults = list(faults)
+        self.fired: set[int] = set()
+        self.log = JsonlWriter(log, truncate=False)
         self.kill_worker = kill_worker
         self.controller = controller
         self.say = say
@@ -80,10 +35,8 @@ class FaultInjector:
         """The strategy has started: fault times count from now."""
         self.t0 = time.time()
 
-    def _record(self, event: str, fault: Fault, **extra: Any) -> None:
-        row = {"t": time.time(), "event": event, "kind": fault.kind, "target": fault.target, **extra}
-        with open(self.log, "a") as f:
-            f.write(json.dumps(row) + "\n")
+    def _record(self, event: str, fault: Fault, state: str | None = None) -> None:
+        self.log.write(FaultRecord(time.time(), event, fault.kind, fault.target, state))
         self.say(f"fault: {event} {fault.kind} {fault.target}".rstrip())
 
     def tick(self, slowest_step: int) -> None:
@@ -93,13 +46,13 @@ class FaultInjector:
             if now >= at:
                 self._pending.remove((at, action, _label))
                 action()
-        for f in self.faults:
-            if f.fired:
+        for k, f in enumerate(self.faults):
+            if k in self.fired:
                 continue
             due = (f.at_s is not None and now - self.t0 >= f.at_s) or (
                 f.at_step is not None and slowest_step >= f.at_step)
             if due:
-                f.fired = True
+                self.fired.add(k)
                 self._fire(f, now)
 
     def _fire(self, f: Fault, now: float) -> None:
@@ -145,9 +98,10 @@ class FaultInjector:
                 except Exception as exc:  # noqa: BLE001 - best effort; the fabric is torn down anyway
                     self.say(f"fault: could not undo {label}: {exc}")
         self._pending.clear()
-        for f in self.faults:
-            if f.kind in ("link-down", "flap") and f.fired:
+        for k, f in enumerate(self.faults):
+            if f.kind in ("link-down", "flap") and k in self.fired:
                 _link(f.target, up=True)
+        self.log.close()
 
 
 def _bind(fn: Callable[..., None], *args: Any) -> Callable[[], None]:

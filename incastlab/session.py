@@ -7,19 +7,23 @@ leftovers of a crashed run) and teardown live in one place.
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
+import platform
 import signal
+import subprocess
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType
-from typing import Any
 
 from controller.launch import ControllerProcess
 from incastlab.cleanup import MARKER, find_leftovers, kill_pids, run_pids
+from runmodel.config import ControllerOptions, RunEnvironment
+from runmodel.fabric import Plan
+from topologies import hosttcp
 from topologies.fabric import Fabric, ensure_ovs
-from topologies.spec import FabricSpec, build_plan
 
 
 class SessionError(RuntimeError):
@@ -77,10 +81,14 @@ def terminate_as_interrupt() -> None:
     INTERRUPTS.install()
 
 
-def preflight(spec: FabricSpec) -> None:
-    """Refuse before building anything: not root, no Open vSwitch, or leftovers of an earlier run."""
+def preflight(cc: str | None = None, rto_min_ms: float | None = None) -> None:
+    """Refuse before building anything: not root, no Open vSwitch, a TCP setting the kernel lacks,
+    or leftovers of an earlier run."""
     if os.geteuid() != 0:
         raise SessionError("incastlab needs root to build the network (try: sudo make ...)")
+    if cc is not None:
+        hosttcp.check_cc(cc)
+    hosttcp.check_rto_min(rto_min_ms)
     ensure_ovs()
     left = find_leftovers()
     if not left.empty():
@@ -89,39 +97,77 @@ def preflight(spec: FabricSpec) -> None:
 
 
 class Session:
-    """The running parts of one session."""
+    """The running parts of one session: the fabric and its controller."""
 
     def __init__(self, fabric: Fabric, controller: ControllerProcess) -> None:
         self.fabric = fabric
         self.controller = controller
 
     @property
-    def plan(self) -> dict[str, Any]:
+    def plan(self) -> Plan:
         """The wiring plan."""
         return self.fabric.plan
 
-    @property
-    def spec(self) -> FabricSpec:
-        """The fabric's parameters."""
-        return self.fabric.spec
+    def set_tcp(self, cc: str, rto_min_ms: float | None = None, hosts: list[str] | None = None) -> None:
+        """Congestion control (and minimum RTO) in every host's namespace, or in `hosts`."""
+        for name in hosts or self.plan.host_names:
+            host = self.plan.host(name)
+            hosttcp.apply(self.fabric.host(name).shell.pid, host.nic, host.ip, cc, rto_min_ms)
+
+    def environment(self) -> RunEnvironment:
+        """What the machine gave this session: datapath, kernel, cores, the hosts' TCP."""
+        tcp = hosttcp.read(self.fabric.host(self.plan.host_names[0]).shell.pid)
+        return RunEnvironment(
+            datapath=self.fabric.datapath, kernel=platform.release(), cores=os.cpu_count() or 1,
+            cc=tcp.cc, rto_min_ms=tcp.rto_min_ms if tcp.rto_min_ms is not None else 200.0,
+            virtualisation=detect_virtualisation(), python=platform.python_version(),
+            torch=_version("torch"))
+
+
+def _version(package: str) -> str:
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def detect_virtualisation() -> str:
+    """tcg (QEMU's software emulator), kvm or another hypervisor's name, or none."""
+    try:
+        out = subprocess.run(["systemd-detect-virt"], capture_output=True, text=True,
+                             timeout=5).stdout.strip()
+    except (FileNotFoundError, subprocess.TimeoutExpired):
+        out = ""
+    if out and out != "none":
+        return out
+    try:
+        cpu = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return "unknown"
+    if " hypervisor" not in cpu:
+        return "none"
+    model = next((ln.split(":", 1)[1].strip() for ln in cpu.splitlines() if ln.startswith("model name")), "")
+    return "tcg" if "QEMU" in model else "vm"
 
 
 @contextmanager
-def fabric_session(spec: FabricSpec, workdir: Path, api_port: int = 8080, of_port: int = 6653,
-                   api_host: str = "127.0.0.1", interval: float = 1.0, record: Path | None = None,
-                   datapath: str = "auto", progress: Callable[[str], None] | None = None,
-                   ping: bool = True) -> Iterator[Session]:
-    """Start the controller, then the fabric; check reachability; tear both down on any exit."""
+def fabric_session(plan: Plan, options: ControllerOptions, workdir: Path, record: Path | None = None,
+                   progress: Callable[[str], None] | None = None, ping: bool = True,
+                   tcp: tuple[str, float | None] | None = None) -> Iterator[Session]:
+    """Start the controller, then the fabric; check reachability; tear both down on any exit.
+
+    tcp: (congestion control, minimum RTO in ms or None) to set in every host before the ping.
+    """
     say = progress or (lambda _msg: None)
     mark_run()
-    preflight(spec)
-    fabric = Fabric(spec, controller_port=of_port, datapath=datapath)
-    controller = ControllerProcess(build_plan(spec), workdir, of_port=of_port, api_port=api_port,
-                                   api_host=api_host, interval=interval, record=record)
+    preflight(*(tcp or (None, None)))
+    fabric = Fabric(plan, controller_port=options.of_port, controller_host=options.of_host)
+    controller = ControllerProcess(plan, options, workdir, record=record)
     controller.check_ports()
     try:
-        say(f"starting controller (OpenFlow :{of_port}, API {controller.base})")
+        say(f"starting controller (OpenFlow {options.of_host}:{options.of_port}, API {controller.base})")
         controller.start()
+        spec = plan.spec
         say(f"building fabric: {spec.spines} spines x {spec.leaves} leaves x {spec.hosts_per_leaf} hosts, "
             f"{spec.host_mbit:g} Mbit/s host links, {spec.uplink_mbit:g} Mbit/s uplinks, "
             f"{spec.buffer_pkts}-packet port buffers")
@@ -129,6 +175,9 @@ def fabric_session(spec: FabricSpec, workdir: Path, api_port: int = 8080, of_por
         fabric.start()
         fabric.wait_connected()
         say(f"fabric up in {time.monotonic() - t0:.1f} s ({fabric.datapath} datapath)")
+        sess = Session(fabric, controller)
+        if tcp is not None:
+            sess.set_tcp(*tcp)
         if ping:
             say("all-pairs ping: starting")
             loss = fabric.net.pingAll(timeout=1)
@@ -137,7 +186,7 @@ def fabric_session(spec: FabricSpec, workdir: Path, api_port: int = 8080, of_por
             if loss > 0:
                 raise SessionError(f"all-pairs ping lost {loss:.0f} % of packets: forwarding is broken")
             say("all-pairs ping: no loss")
-        yield Session(fabric, controller)
+        yield sess
     finally:
         with INTERRUPTS.shielded():
             teardown(fabric, controller)

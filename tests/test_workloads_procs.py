@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 import torch
 
-from workloads.jsonl import read_jsonl
+from runmodel.job import JobSpec, RankJob
+from runmodel.records import read_jsonl
 from workloads.model import ModelSpec, init_weights, loss_and_grad, make_batch
 from workloads.psproto import HEADER
 
@@ -44,16 +45,25 @@ def spawn(args: list[str]) -> subprocess.Popen[str]:
 
 @dataclass
 class Job:
-    """A PS (PS family only) plus WORLD workers, logging into one folder."""
+    """A PS (PS family only) plus WORLD workers on 127.0.0.1, logging into one folder.
+
+    Each process reads a job.json as the runner writes it; `worker_timeout` gives some workers a
+    job file of their own with a longer timeout than the PS's (to see who names a failure).
+    """
 
     strategy: str
     folder: Path
     steps: int
     timeout: float = 30.0
-    ps_extra: list[str] = field(default_factory=list)
-    worker_extra: dict[int, list[str]] = field(default_factory=dict)
     batch: int = BATCH
     lr: float = LR
+    compute_ms: float = 0.0
+    staleness: int = 2
+    backup: int = 1
+    slow: dict[int, tuple[int, float]] = field(default_factory=dict)  # rank -> (slow_every, factor)
+    worker_timeout: dict[int, float] = field(default_factory=dict)
+    ps_flags: list[str] = field(default_factory=list)
+    worker_flags: dict[int, list[str]] = field(default_factory=dict)
     ps: subprocess.Popen[str] | None = None
     workers: list[subprocess.Popen[str]] = field(default_factory=list)
 
@@ -64,21 +74,30 @@ class Job:
     def ps_log(self) -> Path:
         return self.folder / "ps.jsonl"
 
+    def spec(self, port: int, timeout: float) -> JobSpec:
+        ranks = tuple(RankJob(r, f"h{r + 2}", "lo", slow_every=self.slow.get(r, (0, 1.0))[0],
+                              slow_factor=self.slow.get(r, (0, 1.0))[1], log=str(self.worker_log(r)))
+                      for r in range(WORLD))
+        return JobSpec(strategy=self.strategy, world=WORLD, steps=self.steps, grad_mb=GRAD_MB,
+                       batch=self.batch, lr=self.lr, seed=SEED, timeout=timeout, compute_ms=self.compute_ms,
+                       staleness=self.staleness, backup=self.backup, master_addr="127.0.0.1",
+                       master_port=port, ranks=ranks, ps_host="h1" if self.strategy in PS_FAMILY else None,
+                       ps_bind="127.0.0.1", ps_log=str(self.ps_log))
+
     def start(self) -> Job:
         self.folder.mkdir(parents=True, exist_ok=True)
         port = free_port()
-        common = ["--strategy", self.strategy, "--world", str(WORLD), "--steps", str(self.steps),
-                  "--grad-mb", str(GRAD_MB), "--lr", str(self.lr), "--seed", str(SEED),
-                  "--timeout", str(self.timeout)]
+        files = {}
+        for t in {self.timeout, *self.worker_timeout.values()}:
+            files[t] = self.folder / f"job-{t:g}.json"
+            self.spec(port, t).write(files[t])
+        main = files[self.timeout]
         if self.strategy in PS_FAMILY:
-            self.ps = spawn(["workloads.ps", *common, "--port", str(port), "--bind", "127.0.0.1",
-                             "--log", str(self.ps_log), *self.ps_extra])
+            self.ps = spawn(["workloads.ps", "--job", str(main), *self.ps_flags])
         for r in range(WORLD):
-            self.workers.append(spawn([
-                "workloads.worker", *common, "--rank", str(r), "--batch", str(self.batch),
-                "--master-addr", "127.0.0.1", "--master-port", str(port), "--ifname", "lo",
-                "--log", str(self.worker_log(r)), *self.worker_extra.get(r, []),
-            ]))
+            job_file = files[self.worker_timeout.get(r, self.timeout)]
+            self.workers.append(spawn(["workloads.worker", "--job", str(job_file), "--rank", str(r),
+                                       *self.worker_flags.get(r, [])]))
         return self
 
     def procs(self) -> list[subprocess.Popen[str]]:
@@ -131,9 +150,9 @@ def sync_jobs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Job]:
         folder = base / strategy
         job = Job(strategy, folder, steps=5)
         if strategy == "ps":
-            job.ps_extra = ["--dump-grad", str(folder / "grad-ps.npy")]
+            job.ps_flags = ["--dump-grad", str(folder / "grad-ps.npy")]
         else:
-            job.worker_extra = {r: ["--dump-grad", str(folder / f"grad-{r}.npy")] for r in range(WORLD)}
+            job.worker_flags = {r: ["--dump-grad", str(folder / f"grad-{r}.npy")] for r in range(WORLD)}
         jobs[strategy] = run_ok(job)
     return jobs
 
@@ -187,7 +206,7 @@ def test_sync_ps_log_applies_every_worker_every_step(sync_jobs: dict[str, Job]) 
 
 
 # --- asynchronous family ------------------------------------------------------------------------
-STRAGGLER = {2: ["--slow-every", "2", "--slow-factor", "20"]}
+STRAGGLER = {2: (2, 20.0)}
 
 
 def _loss_went_down(job: Job) -> None:
@@ -198,7 +217,7 @@ def _loss_went_down(job: Job) -> None:
 
 def test_async_applies_every_gradient_and_loss_decreases(tmp_path: Path) -> None:
     steps = 8
-    job = run_ok(Job("async", tmp_path, steps=steps, batch=64, worker_extra=STRAGGLER))
+    job = run_ok(Job("async", tmp_path, steps=steps, batch=64, slow=STRAGGLER))
     _loss_went_down(job)
     updates = [r for r in read_jsonl(job.ps_log) if r["event"] == "update"]
     assert len(updates) == WORLD * steps and all(u["applied"] for u in updates)
@@ -212,8 +231,8 @@ def test_async_applies_every_gradient_and_loss_decreases(tmp_path: Path) -> None
 @pytest.mark.parametrize("bound", [0, 1])
 def test_ssp_gap_never_exceeds_bound_and_loss_decreases(tmp_path: Path, bound: int) -> None:
     steps = 8
-    job = run_ok(Job("ssp", tmp_path, steps=steps, batch=64, ps_extra=["--staleness", str(bound)],
-                     worker_extra=STRAGGLER))
+    job = run_ok(Job("ssp", tmp_path, steps=steps, batch=64, staleness=bound,
+                     slow=STRAGGLER))
     _loss_went_down(job)
     recs = read_jsonl(job.ps_log)
     releases = [r for r in recs if r["event"] == "release"]
@@ -230,8 +249,8 @@ def test_ssp_gap_never_exceeds_bound_and_loss_decreases(tmp_path: Path, bound: i
 
 def test_backup_drops_exactly_b_per_step_and_loss_decreases(tmp_path: Path) -> None:
     steps, b = 8, 1
-    job = run_ok(Job("backup", tmp_path, steps=steps, batch=64, ps_extra=["--backup", str(b)],
-                     worker_extra=STRAGGLER))
+    job = run_ok(Job("backup", tmp_path, steps=steps, batch=64, backup=b,
+                     slow=STRAGGLER))
     _loss_went_down(job)
     recs = read_jsonl(job.ps_log)
     step_ev = [r for r in recs if r["event"] == "step"]
@@ -296,8 +315,8 @@ def test_killed_worker_makes_the_others_fail_with_one_line(tmp_path: Path, strat
 
 def test_hung_worker_is_named_by_the_ps_after_timeout(tmp_path: Path) -> None:
     # synchronous: the step cannot complete, so the PS fails; the others wait longer than it does
-    patient = {r: ["--timeout", "60"] for r in (0, 2)}
-    job = Job("ps", tmp_path, steps=10**6, timeout=4, worker_extra=patient).start()
+    patient = {r: 60.0 for r in (0, 2)}
+    job = Job("ps", tmp_path, steps=10**6, timeout=4, worker_timeout=patient).start()
     try:
         _wait_for_lines(job.worker_log(1), 3, job.procs())
         job.workers[1].send_signal(signal.SIGSTOP)
@@ -317,7 +336,7 @@ def test_hung_worker_is_named_by_the_ps_after_timeout(tmp_path: Path) -> None:
 
 # --- async goes on without a lost worker --------------------------------------------------------
 LOST = 2
-PACED = {r: ["--compute-ms", "150"] for r in range(WORLD)}  # a sleep: slow enough to act mid-run, no CPU
+PACED_MS = 150.0  # a sleep per step: slow enough to act mid-run, costs no CPU
 LOST_LINE = re.compile(rf"parameter server: worker {LOST} lost at step (\d+) \(([^()]+)\); "
                        rf"async training goes on with {WORLD - 1} workers")
 
@@ -356,7 +375,7 @@ def _check_async_went_on(job: Job, ps_result: Result, others: list[Result]) -> d
 
 
 def test_async_trains_on_without_a_killed_worker(tmp_path: Path) -> None:
-    job = Job("async", tmp_path, steps=12, worker_extra=PACED).start()
+    job = Job("async", tmp_path, steps=12, compute_ms=PACED_MS).start()
     try:
         _wait_for_lines(job.worker_log(LOST), 2, job.procs())
         job.workers[LOST].send_signal(signal.SIGKILL)
@@ -370,8 +389,8 @@ def test_async_trains_on_without_a_killed_worker(tmp_path: Path) -> None:
 
 def test_async_drops_a_hung_worker_after_timeout_and_trains_on(tmp_path: Path) -> None:
     # the PS gives up on it after 3 s, while the others (patient themselves) have ~6 s of steps to go
-    extra = {r: PACED[r] + (["--timeout", "60"] if r != LOST else []) for r in range(WORLD)}
-    job = Job("async", tmp_path, steps=40, timeout=3, worker_extra=extra).start()
+    patient = {r: 60.0 for r in range(WORLD) if r != LOST}
+    job = Job("async", tmp_path, steps=40, timeout=3, compute_ms=PACED_MS, worker_timeout=patient).start()
     hung = job.workers[LOST]
     try:
         _wait_for_lines(job.worker_log(LOST), 2, job.procs())

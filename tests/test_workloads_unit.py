@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from workloads.jsonl import JsonlLog, read_jsonl
+from runmodel.records import JsonlWriter, PsRelease, PsStep, read_jsonl
 from workloads.model import ModelSpec, init_weights, loss_and_grad, make_batch
 from workloads.pscore import PSCore
 from workloads.psproto import (
@@ -104,11 +104,13 @@ def test_eof_mid_message_is_peer_closed() -> None:
 
 def test_jsonl_skips_torn_last_line(tmp_path) -> None:
     p = tmp_path / "x" / "log.jsonl"
-    with JsonlLog(p) as log:
+    with JsonlWriter(p) as log:
         log.write({"a": 1})
     with p.open("a") as f:
         f.write('{"b": ')
-    assert read_jsonl(p) == [{"a": 1}]
+    problems: list[str] = []
+    assert read_jsonl(p, problems) == [{"a": 1}]
+    assert problems == ["x/log.jsonl: truncated last line skipped"]
 
 
 # --- PSCore: synchronous -----------------------------------------------------------------------
@@ -120,8 +122,8 @@ def test_sync_ps_waits_for_all_then_applies_in_one_version() -> None:
     d2 = core.push(1, 0, 0)
     assert d2.apply == [2, 0, 1] and sorted(d2.release) == [0, 1, 2]
     assert core.version == 1
-    step = [e for e in d2.events if e["event"] == "step"]
-    assert step == [{"event": "step", "step": 0, "t": 1000.0, "applied": [2, 0, 1], "discarded": []}]
+    step = [e for e in d2.events if isinstance(e, PsStep)]
+    assert step == [PsStep(t=1000.0, step=0, applied=[2, 0, 1], discarded=[])]
 
 
 def test_backup_applies_first_n_minus_b_arrivals_and_discards_exactly_b() -> None:
@@ -136,16 +138,16 @@ def test_backup_applies_first_n_minus_b_arrivals_and_discards_exactly_b() -> Non
             clock.tick()
             d = core.push(r, v, versions[r])
             assert d.keep == (r in order[: world - b])
-            steps_seen += [e for e in d.events if e["event"] == "step"]
+            steps_seen += [e for e in d.events if isinstance(e, PsStep)]
             if r == order[-1]:  # the late one is dropped but gets the new weights at once
                 upd = d.events[0]
-                assert upd["applied"] is False and upd["worker"] == r and upd["staleness"] == 1
+                assert upd.applied is False and upd.worker == r and upd.staleness == 1
                 assert d.release == [r] and not d.apply
             if r == order[world - b - 1]:
                 assert d.apply == order[: world - b]
-    assert [s["applied"] for s in steps_seen] == [o[: world - b] for o in arrival_orders]
-    assert [s["discarded"] for s in steps_seen] == [sorted(o[world - b:]) for o in arrival_orders]
-    assert all(len(s["discarded"]) == b for s in steps_seen)
+    assert [s.applied for s in steps_seen] == [o[: world - b] for o in arrival_orders]
+    assert [s.discarded for s in steps_seen] == [sorted(o[world - b:]) for o in arrival_orders]
+    assert all(len(s.discarded) == b for s in steps_seen)
     assert core.version == steps
 
 
@@ -156,9 +158,9 @@ def test_backup_late_gradient_from_an_older_version_is_dropped() -> None:
     core.push(0, 1, 1)
     core.push(1, 1, 1)  # step 1 done -> v2, worker 2 still computing on v0
     d = core.push(2, 0, 0)
-    assert d.events[0]["applied"] is False and d.events[0]["staleness"] == 2 and d.release == [2]
+    assert d.events[0].applied is False and d.events[0].staleness == 2 and d.release == [2]
     d = core.push(2, 1, 2)  # now fresh for v2: counts toward step 2
-    assert d.keep and d.events[0]["applied"] is True
+    assert d.keep and d.events[0].applied is True
 
 
 def test_sync_rejects_a_second_push_before_the_reply() -> None:
@@ -177,11 +179,11 @@ def test_async_staleness_is_version_now_minus_version_computed_on() -> None:
         clock.tick()
         d = core.push(r, 0, 0)
         assert d.apply == [r] and d.release == [r]
-        assert d.events[0]["staleness"] == i and d.events[0]["version"] == i
-        assert d.events[0]["t"] == clock.now
+        assert d.events[0].staleness == i and d.events[0].version == i
+        assert d.events[0].t == clock.now
     assert core.version == 3
     d = core.push(0, 1, 1)  # worker 0 got v1 back; PS is at v3 now
-    assert d.events[0]["staleness"] == 2
+    assert d.events[0].staleness == 2
 
 
 @pytest.mark.parametrize("bound", [0, 1, 2])
@@ -207,8 +209,8 @@ def test_ssp_never_lets_a_worker_start_more_than_s_ahead(bound: int) -> None:
                     assert completed[w] - min(completed) <= bound
                     running.add(w)
             for e in d.events:
-                if e["event"] == "release":
-                    assert e["gap"] <= bound
+                if isinstance(e, PsRelease):
+                    assert e.gap <= bound
         assert running or sum(completed) == world * steps, "ssp deadlocked"
     assert core.version == world * steps
 
@@ -220,8 +222,8 @@ def test_ssp_holds_the_fast_worker_until_the_slow_one_catches_up() -> None:
     assert d.release == [] and core.waiting_for_reply(0)  # would start step 2 with slowest at 0
     d = core.push(1, 0, 0)
     assert sorted(d.release) == [0, 1]
-    rel = {e["worker"]: e for e in d.events if e["event"] == "release"}
-    assert rel[0]["next_step"] == 2 and rel[0]["slowest"] == 1 and rel[0]["gap"] == 1
+    rel = {e.worker: e for e in d.events if isinstance(e, PsRelease)}
+    assert rel[0].next_step == 2 and rel[0].slowest == 1 and rel[0].gap == 1
 
 
 def test_bye_only_after_all_steps_and_all_done() -> None:
@@ -243,8 +245,8 @@ def test_async_drops_a_lost_worker_and_finishes_with_the_others() -> None:
     clock.tick(5)
     loss = core.lose(2, "connection closed")
     assert loss.carry_on and loss.remaining == 2
-    assert loss.events == [{"event": "worker_lost", "t": 1005.0, "worker": 2, "worker_step": 1,
-                            "reason": "connection closed"}]
+    assert [e.to_dict() for e in loss.events] == [
+        {"event": "worker_lost", "t": 1005.0, "worker": 2, "worker_step": 1, "reason": "connection closed"}]
     assert core.lost == {2} and not core.all_done
     with pytest.raises(ValueError):
         core.push(2, 2, core.version)
@@ -268,7 +270,7 @@ def test_async_second_report_or_fin_after_goodbye_is_not_a_loss() -> None:
     after_bye = core.lose(0, "connection closed")
     assert after_bye.carry_on and after_bye.events == [] and core.lost == set()
     first = core.lose(1, "connection reset")
-    assert first.carry_on and first.remaining == 0 and first.events[0]["worker_step"] == -1  # never pushed
+    assert first.carry_on and first.remaining == 0 and first.events[0].worker_step == -1  # never pushed
     again = core.lose(1, "broken pipe")
     assert again.carry_on and again.events == []
     assert core.all_done and core.lost == {1}
@@ -279,7 +281,7 @@ def test_async_fails_once_every_worker_is_lost() -> None:
     assert core.lose(0, "connection closed").carry_on
     last = core.lose(1, "sent nothing for 5 s")
     assert not last.carry_on and "all 2 workers" in last.why
-    assert [e["worker"] for e in last.events] == [1]  # the last loss is still logged
+    assert [e.worker for e in last.events] == [1]  # the last loss is still logged
     assert core.lost == {0, 1}
 
 
@@ -319,7 +321,7 @@ def test_async_hung_worker_is_silent_then_dropped_like_a_dead_one() -> None:
     hung = core.silent(10.0, 5.0)
     assert hung == [2]  # worker 0 finished, worker 1 was heard at 7
     loss = core.lose(2, "sent nothing for 5 s")
-    assert loss.carry_on and loss.remaining == 1 and loss.events[0]["worker_step"] == 0
+    assert loss.carry_on and loss.remaining == 1 and loss.events[0].worker_step == 0
     assert core.silent(100.0, 5.0) == [1]  # a dropped worker is never reported again
     core.push(1, 1, core.version)
     core.bye(1)

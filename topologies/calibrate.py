@@ -86,7 +86,7 @@ def partners(fabric: Fabric, across: bool) -> list[tuple[str, str]]:
     """Each host paired with a partner: on the next leaf (`across`, traffic crosses the spines), or
     its neighbour on the same leaf (every host link full in both directions, no uplink shared, so
     the fabric's own forwarding capacity is what limits)."""
-    hosts = [h["name"] for h in fabric.plan["hosts"]]
+    hosts = fabric.plan.host_names
     per_leaf = fabric.spec.hosts_per_leaf
     if len(hosts) < 2:
         return []
@@ -101,7 +101,7 @@ def partners(fabric: Fabric, across: bool) -> list[tuple[str, str]]:
 
 
 def _client(fabric: Fabric, src: str, dst: str, seconds: float) -> subprocess.Popen[str]:
-    ip = next(h["ip"] for h in fabric.plan["hosts"] if h["name"] == dst)
+    ip = fabric.plan.host(dst).ip
     return fabric.host(src).popen(["iperf3", "-c", ip, "-p", str(IPERF_PORT), "-t", str(seconds),
                                    "-O", "0.5", "-J"], text=True)
 
@@ -121,10 +121,10 @@ def calibrate(fabric: Fabric, seconds: float = 2.0, controller: Any = None,
     started = time.monotonic()
     pairs = partners(fabric, across=True)
     together_peer = dict(partners(fabric, across=False))
-    servers = [fabric.host(h["name"]).popen(["iperf3", "-s", "-p", str(IPERF_PORT)], text=True,
-                                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-               for h in fabric.plan["hosts"]]
-    links = [LinkRate(src, dst, fabric.spec.host_rate(src), peer_together=together_peer[src])
+    servers = [fabric.host(h.name).popen(["iperf3", "-s", "-p", str(IPERF_PORT)], text=True,
+                                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+               for h in fabric.plan.hosts]
+    links = [LinkRate(src, dst, fabric.plan.host(src).rate_mbit, peer_together=together_peer[src])
              for src, dst in pairs]
     uplinks: dict[str, float] = {}
     try:
@@ -151,7 +151,7 @@ def calibrate(fabric: Fabric, seconds: float = 2.0, controller: Any = None,
 def _uplink_rates(controller: Any, fabric: Fabric, t0: float, t1: float) -> dict[str, float]:
     """Peak tx rate of every leaf uplink port over [t0, t1], from the controller's time series."""
     samples = controller.get(f"/api/timeseries?since={t0}")["samples"]
-    spines = {s["name"] for s in fabric.plan["switches"] if s["role"] == "spine"}
+    spines = {s.name for s in fabric.plan.switches if s.role == "spine"}
     acc: dict[str, list[float]] = {}
     for s in samples:
         if s["kind"] == "port" and s["t"] <= t1 and s["peer"] in spines:

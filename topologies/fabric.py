@@ -14,12 +14,14 @@ import shutil
 import signal
 import subprocess
 import time
-from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
 from typing import Any
 
-from topologies.spec import FabricSpec, SpecError, build_plan
+from runmodel.fabric import Plan
+from runmodel.params import ParamError
+from topologies.hygiene import sweep_fabric
+from topologies.topo import LeafSpineTopo
 
 OVS_CTL = "/usr/share/openvswitch/scripts/ovs-ctl"
 
@@ -72,34 +74,6 @@ def netem_available() -> bool:
     return any(Path(f"/lib/modules/{release}/kernel/net/sched").glob("sch_netem.ko*"))
 
 
-def make_topo(spec: FabricSpec) -> Any:
-    """A Mininet Topo of the spec: names, dpids and port numbers exactly as the plan says."""
-    from mininet.node import CPULimitedHost
-    from mininet.topo import Topo
-
-    plan = build_plan(spec)
-
-    class LeafSpineTopo(Topo):
-        """Leaf-spine: every leaf wired to every spine, hosts under the leaves."""
-
-        def build(self) -> None:
-            for sw in plan["switches"]:
-                self.addSwitch(sw["name"], dpid=f"{sw['dpid']:016x}", protocols="OpenFlow13")
-            for host in plan["hosts"]:
-                opts: dict[str, Any] = {"ip": f"{host['ip']}/8", "mac": host["mac"]}
-                if host["name"] in spec.cpu:
-                    opts.update(cls=CPULimitedHost, cpu=spec.cpu[host["name"]])
-                self.addHost(host["name"], **opts)
-            # links in port order so Mininet numbers the ports as the plan does
-            for link in sorted(plan["links"], key=lambda ln: (ln["a"], ln["a_port"])):
-                if link["kind"] == "uplink":
-                    self.addLink(link["a"], link["b"], port1=link["a_port"], port2=link["b_port"])
-                else:
-                    self.addLink(link["a"], link["b"], port1=link["a_port"], port2=0)
-
-    return LeafSpineTopo()
-
-
 SHELL_EXIT_TIMEOUT = 5.0
 
 
@@ -138,15 +112,16 @@ class Fabric:
     a failed start, and removes every bridge and veth of the fabric.
     """
 
-    def __init__(self, spec: FabricSpec, controller_port: int = 6653, datapath: str = "auto") -> None:
-        if datapath not in ("auto", "user", "kernel"):
-            raise SpecError(f"datapath must be auto, user or kernel, got {datapath!r}")
+    def __init__(self, plan: Plan, controller_port: int = 6653, controller_host: str = "127.0.0.1") -> None:
+        spec = plan.spec
         if (spec.delay_ms or spec.loss_pct) and not netem_available():
-            raise SpecError("delay_ms/loss_pct need the sch_netem qdisc, which this kernel does not have")
+            raise ParamError("delay_ms/loss_pct need the sch_netem qdisc, which this kernel does not have "
+                             "(run where it does, e.g. the Vagrant VM)")
         self.spec = spec
-        self.plan = build_plan(spec)
+        self.plan = plan
         self.controller_port = controller_port
-        self.datapath = datapath
+        self.controller_host = controller_host
+        self.datapath = spec.datapath
         self.net: Any = None
 
     # -- life cycle -------------------------------------------------------------------------
@@ -161,8 +136,8 @@ class Fabric:
             self.datapath = detect_datapath()
         setLogLevel("error")
         switch = partial(OVSSwitch, datapath=self.datapath, protocols="OpenFlow13", failMode="secure")
-        controller = partial(RemoteController, ip="127.0.0.1", port=self.controller_port)
-        self.net = Mininet(topo=make_topo(self.spec), switch=switch, controller=controller,
+        controller = partial(RemoteController, ip=self.controller_host, port=self.controller_port)
+        self.net = Mininet(topo=LeafSpineTopo(self.plan), switch=switch, controller=controller,
                            autoSetMacs=False, autoStaticArp=False, build=False, waitConnected=False)
         try:
             self.net.build()
@@ -179,7 +154,7 @@ class Fabric:
     def wait_connected(self, timeout: float = 30.0) -> None:
         """Wait until every switch reports a connection to the controller."""
         deadline = time.monotonic() + timeout
-        names = [s["name"] for s in self.plan["switches"]]
+        names = [s.name for s in self.plan.switches]
         while time.monotonic() < deadline:
             out = _run(["ovs-vsctl", "--timeout=5", "--bare", "--columns=is_connected", "list", "controller"],
                        check=False).stdout
@@ -194,8 +169,6 @@ class Fabric:
         net, self.net = self.net, None
         if net is not None:
             end_node_shells(net)
-        from incastlab.cleanup import sweep_fabric
-
         sweep_fabric(self.plan)
 
     def __enter__(self) -> Fabric:
@@ -213,14 +186,7 @@ class Fabric:
     @property
     def hosts(self) -> list[Any]:
         """Mininet host objects in plan order."""
-        return [self.net[h["name"]] for h in self.plan["hosts"]]
-
-    def switch_ports(self) -> Iterator[tuple[str, int, str, float]]:
-        """(switch, port, interface name, rate Mbit/s) of every switch port."""
-        for link in self.plan["links"]:
-            yield link["a"], link["a_port"], f"{link['a']}-eth{link['a_port']}", link["rate_mbit"]
-            if link["kind"] == "uplink":
-                yield link["b"], link["b_port"], f"{link['b']}-eth{link['b_port']}", link["rate_mbit"]
+        return [self.net[h.name] for h in self.plan.hosts]
 
     # -- configuration ----------------------------------------------------------------------
     def _offloads_off(self) -> None:
@@ -233,10 +199,10 @@ class Fabric:
     def _shape_switch_ports(self) -> None:
         """txqueuelen = buffer, then one linux-htb QoS queue per port at the link rate."""
         args = ["ovs-vsctl", "--timeout=20"]
-        for k, (_sw, _port, ifname, rate) in enumerate(self.switch_ports()):
-            _run(["ip", "link", "set", "dev", ifname, "txqueuelen", str(self.spec.buffer_pkts)])
-            bps = int(rate * 1e6)
-            args += ["--", "set", "port", ifname, f"qos=@qos{k}",
+        for k, port in enumerate(self.plan.switch_ports()):
+            _run(["ip", "link", "set", "dev", port.name, "txqueuelen", str(self.spec.buffer_pkts)])
+            bps = int(port.rate_mbit * 1e6)
+            args += ["--", "set", "port", port.name, f"qos=@qos{k}",
                      "--", f"--id=@qos{k}", "create", "qos", "type=linux-htb",
                      f"other-config:max-rate={bps}", "external-ids:incastlab=1", f"queues:0=@q{k}",
                      "--", f"--id=@q{k}", "create", "queue", f"other-config:max-rate={bps}",
@@ -245,10 +211,10 @@ class Fabric:
 
     def _shape_hosts(self) -> None:
         """Host NIC egress: HTB at the host's link rate, a deep host-side queue, netem if asked."""
-        for host in self.plan["hosts"]:
-            node = self.net[host["name"]]
-            intf = f"{host['name']}-eth0"
-            rate = self.spec.host_rate(host["name"])
+        for host in self.plan.hosts:
+            node = self.net[host.name]
+            intf = host.nic
+            rate = host.rate_mbit
             cmds = [f"ip link set dev {intf} txqueuelen {self.spec.host_buffer_pkts}",
                     f"tc qdisc replace dev {intf} root handle 1: htb default 1",
                     f"tc class add dev {intf} parent 1: classid 1:1 htb rate {rate}mbit ceil {rate}mbit"]
@@ -259,4 +225,4 @@ class Fabric:
             for cmd in cmds:
                 out = node.cmd(cmd + " 2>&1; echo rc=$?")
                 if not out.strip().endswith("rc=0"):
-                    raise FabricError(f"{host['name']}: `{cmd}` failed: {out.strip().splitlines()[0]}")
+                    raise FabricError(f"{host.name}: `{cmd}` failed: {out.strip().splitlines()[0]}")

@@ -1,4 +1,4 @@
-"""Host hygiene: find and remove what an incastlab run leaves on the machine.
+"""Host hygiene of the fabric stage: find and remove what a run leaves on the machine.
 
 A run marks every process it starts with the environment variable INCASTLAB_RUN (Mininet's host
 shells inherit it, and so does everything started in them), names its bridges sp<N>/lf<N> and its
@@ -15,7 +15,8 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+
+from runmodel.fabric import Plan
 
 MARKER = "INCASTLAB_RUN"
 BRIDGE_RE = re.compile(r"^(sp|lf)\d+$")
@@ -173,19 +174,12 @@ def _destroy_qos(qos: list[str]) -> None:
     _out(argv)
 
 
-def sweep_fabric(plan: dict[str, Any] | None = None) -> None:
+def sweep_fabric(plan: Plan | None = None) -> None:
     """After a fabric stops: remove its bridges, veths and QoS rows if Mininet missed any."""
     left = find_leftovers()
     left.pids = []  # processes are the run's business (see clean_all)
     left.netns = []
     if plan is not None:
-        names = {s["name"] for s in plan["switches"]}
+        names = {s.name for s in plan.switches}
         left.bridges = [b for b in left.bridges if b in names]
     remove(left)
-
-
-def clean_all() -> Leftovers:
-    """`incastlab clean`: remove every leftover of any incastlab run; returns what was found."""
-    left = find_leftovers()
-    remove(left)
-    return left

@@ -27,10 +27,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from runmodel.job import JobSpec
+from runmodel.records import JsonlWriter, PsDone
 from workloads.errors import STARTUP_GRACE_S, WorkloadError
-from workloads.jsonl import JsonlLog
 from workloads.model import ModelSpec, init_weights, sgd_
-from workloads.pscore import STRATEGIES, PSCore
+from workloads.pscore import PSCore
 from workloads.psproto import (
     Header,
     Kind,
@@ -54,19 +55,10 @@ class _Conn:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The PS's own options; every training parameter comes from the job file."""
     p = argparse.ArgumentParser(prog="python -m workloads.ps", description=__doc__)
-    p.add_argument("--strategy", required=True, choices=STRATEGIES)
-    p.add_argument("--world", type=int, required=True, help="number of workers")
-    p.add_argument("--port", type=int, required=True)
-    p.add_argument("--steps", type=int, required=True)
-    p.add_argument("--grad-mb", type=float, required=True)
-    p.add_argument("--lr", type=float, required=True)
-    p.add_argument("--seed", type=int, required=True)
-    p.add_argument("--log", required=True)
-    p.add_argument("--staleness", type=int, default=2, help="ssp bound s (default 2)")
-    p.add_argument("--backup", type=int, default=None, help="backup workers b (backup strategy, default 1)")
-    p.add_argument("--timeout", type=float, default=60.0)
-    p.add_argument("--bind", default="0.0.0.0")
+    p.add_argument("--job", required=True, type=Path, help="the strategy's job.json (runmodel.job)")
+    p.add_argument("--bind", default=None, help="listen address (default: the job's ps_bind)")
     p.add_argument("--dump-grad", default=None, help="debug: save the first applied averaged gradient (.npy)")
     return p.parse_args(argv)
 
@@ -74,23 +66,25 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 class ParameterServer:
     """Runs one training job to completion or raises WorkloadError naming what failed."""
 
-    def __init__(self, args: argparse.Namespace, log: JsonlLog) -> None:
-        self.args = args
+    def __init__(self, job: JobSpec, log: JsonlWriter, bind: str, dump_grad: str | None = None) -> None:
+        self.job = job
         self.log = log
-        backup = args.backup if args.backup is not None else (1 if args.strategy == "backup" else 0)
+        self.bind = bind
+        self.dump_grad = dump_grad
+        backup = job.backup if job.strategy == "backup" else 0
         try:
-            self.core = PSCore(args.strategy, args.world, args.steps, args.staleness, backup)
+            self.core = PSCore(job.strategy, job.world, job.steps, job.staleness, backup)
         except ValueError as exc:
             raise WorkloadError(str(exc)) from None
-        self.spec = ModelSpec.from_grad_mb(args.grad_mb)
-        self.weights = init_weights(self.spec, args.seed)
+        self.spec = ModelSpec.from_grad_mb(job.grad_mb)
+        self.weights = init_weights(self.spec, job.seed)
         self.events: queue.Queue[tuple[str, int, object]] = queue.Queue()
         self.conns: dict[int, _Conn] = {}
         self.pending: dict[int, np.ndarray] = {}
         self._snapshot: tuple[int, bytes] | None = None
         self._dumped = False
         self._closing = threading.Event()
-        self.listener = socket.create_server((args.bind, args.port), backlog=max(16, args.world * 2))
+        self.listener = socket.create_server((bind, job.master_port), backlog=max(16, job.world * 2))
 
     # --- threads -------------------------------------------------------------------------------
     def _accept_loop(self) -> None:
@@ -104,7 +98,7 @@ class ParameterServer:
     def _handshake(self, sock: socket.socket, peer: str) -> None:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         try:
-            sock.settimeout(self.args.timeout)
+            sock.settimeout(self.job.timeout)
             h = recv_header(sock)
             sock.settimeout(None)
         except (OSError, ProtocolError):
@@ -162,21 +156,21 @@ class ParameterServer:
         for r in sorted(ranks):  # fixed order: the result does not depend on arrival order
             acc += torch.from_numpy(self.pending.pop(r))
         acc /= len(ranks)
-        if self.args.dump_grad and not self._dumped:
-            np.save(self.args.dump_grad, acc.numpy())
+        if self.dump_grad and not self._dumped:
+            np.save(self.dump_grad, acc.numpy())
             self._dumped = True
-        sgd_(self.weights, acc, self.args.lr)
+        sgd_(self.weights, acc, self.job.lr)
 
     def _step_of(self, rank: int) -> int:
         return self.core.clocks[rank]
 
     def _wait_for_workers(self) -> None:
-        limit = max(self.args.timeout, STARTUP_GRACE_S)
+        limit = max(self.job.timeout, STARTUP_GRACE_S)
         deadline = time.monotonic() + limit
-        while len(self.conns) < self.args.world:
+        while len(self.conns) < self.job.world:
             left = deadline - time.monotonic()
             if left <= 0:
-                missing = sorted(set(range(self.args.world)) - set(self.conns))
+                missing = sorted(set(range(self.job.world)) - set(self.conns))
                 raise WorkloadError(f"workers {missing} did not connect within {limit:g} s")
             try:
                 kind, rank, obj = self.events.get(timeout=min(left, POLL_S))
@@ -186,8 +180,8 @@ class ParameterServer:
                 raise WorkloadError(str(obj))
             if kind != "hello" or not isinstance(obj, _Conn):
                 continue
-            if not 0 <= rank < self.args.world:
-                raise WorkloadError(f"{obj.peer} claims rank {rank} in a world of {self.args.world}")
+            if not 0 <= rank < self.job.world:
+                raise WorkloadError(f"{obj.peer} claims rank {rank} in a world of {self.job.world}")
             if rank in self.conns:
                 raise WorkloadError(f"two workers claim rank {rank} ({self.conns[rank].peer}, {obj.peer})")
             self.conns[rank] = obj
@@ -198,11 +192,11 @@ class ParameterServer:
             self.core.heard(c.rank, time.monotonic())
 
     def _check_liveness(self) -> None:
-        for r in self.core.silent(time.monotonic(), self.args.timeout):
+        for r in self.core.silent(time.monotonic(), self.job.timeout):
             c = self.conns[r]
             self._lose(
-                r, f"sent nothing for {self.args.timeout:g} s",
-                f"worker {r} ({c.peer}) sent nothing for {self.args.timeout:g} s at step {self._step_of(r)}",
+                r, f"sent nothing for {self.job.timeout:g} s",
+                f"worker {r} ({c.peer}) sent nothing for {self.job.timeout:g} s at step {self._step_of(r)}",
             )
 
     def _lose(self, rank: int, reason: str, failure: str) -> None:
@@ -300,27 +294,33 @@ def _reason(exc: object) -> str:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
-        log = JsonlLog(Path(args.log))
+        job = JobSpec.load(args.job)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        print(f"parameter server: cannot read job {args.job}: {exc}", file=sys.stderr)
+        return 2
+    bind = args.bind or job.ps_bind
+    where = f"{bind}:{job.master_port}"
+    try:
+        log = JsonlWriter(Path(job.ps_log))
     except OSError as exc:
-        print(f"parameter server: cannot open log {args.log}: {exc.strerror}", file=sys.stderr)
+        print(f"parameter server: cannot open log {job.ps_log}: {exc.strerror}", file=sys.stderr)
         return 2
     server: ParameterServer | None = None
     try:
         try:
-            server = ParameterServer(args, log)
+            server = ParameterServer(job, log, bind, args.dump_grad)
         except OSError as exc:
-            raise WorkloadError(f"cannot listen on {args.bind}:{args.port}: {exc.strerror}") from None
+            raise WorkloadError(f"cannot listen on {where}: {exc.strerror}") from None
         server.run()
-        done = {"event": "done", "t": time.time(), "version": server.core.version, "workers": args.world}
-        if args.strategy == "async":  # the only strategy that can finish without some workers
-            done["lost"] = sorted(server.core.lost)
-        log.write(done)
+        # async is the only strategy that can finish without some workers
+        lost = sorted(server.core.lost) if job.strategy == "async" else []
+        log.write(PsDone(time.time(), server.core.version, job.world, lost))
         return 0
     except WorkloadError as exc:
-        print(f"parameter server {args.bind}:{args.port}: {exc}", file=sys.stderr)
+        print(f"parameter server {where}: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
-        print(f"parameter server {args.bind}:{args.port}: interrupted", file=sys.stderr)
+        print(f"parameter server {where}: interrupted", file=sys.stderr)
         return 130
     finally:
         if server is not None:

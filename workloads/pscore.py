@@ -25,13 +25,13 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+
+from runmodel.records import PsEvent, PsRelease, PsStep, PsUpdate, PsWorkerLost
 
 SYNC = ("ps", "backup")
 ASYNC = ("async", "ssp")
 STRATEGIES = SYNC + ASYNC
 
-Record = dict[str, Any]
 
 
 @dataclass
@@ -41,7 +41,7 @@ class Decision:
     keep: bool = False
     apply: list[int] = field(default_factory=list)
     release: list[int] = field(default_factory=list)
-    events: list[Record] = field(default_factory=list)
+    events: list[PsEvent] = field(default_factory=list)
 
 
 @dataclass
@@ -51,7 +51,7 @@ class Loss:
     carry_on: bool
     remaining: int = 0  # workers still training (neither finished nor dropped)
     why: str = ""  # when not carry_on: why the run cannot go on without the worker
-    events: list[Record] = field(default_factory=list)
+    events: list[PsEvent] = field(default_factory=list)
 
 
 class PSCore:
@@ -145,8 +145,7 @@ class PSCore:
             }[self.strategy]
             return Loss(carry_on=False, remaining=self.remaining, why=why)
         self.lost.add(worker)
-        event = {"event": "worker_lost", "t": self.clock(), "worker": worker,
-                 "worker_step": self.clocks[worker] - 1, "reason": reason}
+        event = PsWorkerLost(self.clock(), worker, self.clocks[worker] - 1, reason)
         if len(self.lost) == self.world:
             return Loss(carry_on=False, remaining=0, why=f"all {self.world} workers are lost", events=[event])
         return Loss(carry_on=True, remaining=self.remaining, events=[event])
@@ -175,11 +174,8 @@ class PSCore:
             return self._push_sync(worker, worker_step, grad_version)
         return self._push_async(worker, worker_step, grad_version)
 
-    def _update(self, t: float, worker: int, worker_step: int, grad_version: int, applied: bool) -> Record:
-        return {
-            "event": "update", "t": t, "worker": worker, "worker_step": worker_step,
-            "version": self.version, "staleness": self.version - grad_version, "applied": applied,
-        }
+    def _update(self, t: float, worker: int, worker_step: int, grad_version: int, applied: bool) -> PsUpdate:
+        return PsUpdate(t, worker, worker_step, self.version, self.version - grad_version, applied)
 
     def _push_sync(self, worker: int, worker_step: int, grad_version: int) -> Decision:
         t = self.clock()
@@ -194,8 +190,7 @@ class PSCore:
             applied = self._pending
             self._pending = []
             discarded = sorted(set(range(self.world)) - set(applied))
-            d.events.append({"event": "step", "step": self.version, "t": self.clock(),
-                             "applied": list(applied), "discarded": discarded})
+            d.events.append(PsStep(self.clock(), self.version, list(applied), discarded))
             self.version += 1
             d.apply = list(applied)
             d.release = list(applied)
@@ -217,7 +212,6 @@ class PSCore:
                 d.release.append(w)
             elif nxt - slowest <= self.staleness:
                 d.release.append(w)
-                d.events.append({"event": "release", "t": self.clock(), "worker": w, "next_step": nxt,
-                                 "slowest": slowest, "gap": nxt - slowest})
+                d.events.append(PsRelease(self.clock(), w, nxt, slowest, nxt - slowest))
         self._held.difference_update(d.release)
         return d

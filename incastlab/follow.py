@@ -1,0 +1,129 @@
+"""Following one strategy's processes: progress from their logs, and who failed first.
+
+Pure logic over anything with `poll()` (a Popen, or a fake in the unit tests): the runner asks
+`check()` twice a second. The first process to die is the cause of a failure (the others usually
+fail because of it), except that a worker killed by a fault is named before anything else; async
+SGD goes on without a dead worker and says so.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+
+class ExperimentError(RuntimeError):
+    """A strategy's run failed; the message is one line naming the process and step."""
+
+
+class Pollable(Protocol):
+    """What the follower needs of a process."""
+
+    def poll(self) -> int | None: ...
+
+
+@dataclass
+class Tracked:
+    """One launched training process."""
+
+    role: str  # "ps" or "worker"
+    rank: int  # -1 for the PS
+    host: str
+    proc: Pollable
+    stderr: Path
+
+    @property
+    def label(self) -> str:
+        """How errors name it."""
+        return "parameter server" if self.role == "ps" else f"worker {self.rank} ({self.host})"
+
+    def last_error(self) -> str:
+        """The last line it wrote on stderr."""
+        try:
+            lines = [ln for ln in self.stderr.read_text(errors="replace").splitlines() if ln.strip()]
+        except OSError:
+            lines = []
+        return lines[-1].strip() if lines else "no message"
+
+
+@dataclass(frozen=True)
+class Loss:
+    """A worker an async run goes on without."""
+
+    proc: Tracked
+    why: str
+    step: int
+
+
+@dataclass
+class Check:
+    """What one look at the processes found."""
+
+    done: dict[int, int]  # rank -> steps finished
+    finished: bool
+    new_losses: list[Loss] = field(default_factory=list)
+
+    @property
+    def slowest(self) -> int:
+        """Steps of the slowest worker."""
+        return min(self.done.values(), default=0)
+
+    @property
+    def fastest(self) -> int:
+        """Steps of the fastest worker."""
+        return max(self.done.values(), default=0)
+
+
+class Follower:
+    """Judges a strategy's processes: finished, still going, or failed (raises ExperimentError)."""
+
+    def __init__(self, strategy: str, procs: list[Tracked], steps_done: Callable[[], dict[int, int]],
+                 carry_on_without_workers: bool = False, clock: Callable[[], float] = time.monotonic) -> None:
+        self.strategy = strategy
+        self.procs = procs
+        self.steps_done = steps_done
+        self.carry_on = carry_on_without_workers
+        self.clock = clock
+        self.killed: dict[int, str] = {}  # rank -> the fault that killed it
+        self.lost: dict[int, str] = {}  # rank -> why the run goes on without it (async)
+        self.dead_since: dict[int, float] = {}  # index in procs -> when first seen dead
+
+    def mark_killed(self, rank: int, fault: str) -> None:
+        """A fault is about to kill this worker: name the fault, not the crash, as the cause."""
+        self.killed[rank] = fault
+
+    def _why(self, p: Tracked, code: int | None) -> str:
+        if p.role == "worker" and p.rank in self.killed:
+            return f"killed by fault {self.killed[p.rank]}"
+        return f"exited with code {code}: {p.last_error()}"
+
+    def check(self) -> Check:
+        """One look: steps done, new async losses, finished or not; raises on a failure."""
+        done = self.steps_done()
+        codes = [(p, p.proc.poll()) for p in self.procs]
+        now = self.clock()
+        for k, (_p, c) in enumerate(codes):
+            if c not in (None, 0):
+                self.dead_since.setdefault(k, now)
+        failed = [(k, p, c) for k, (p, c) in enumerate(codes) if c not in (None, 0)]
+        result = Check(done=done, finished=False)
+        if self.carry_on:
+            for _k, p, code in failed:
+                if p.role == "worker" and p.rank not in self.lost:
+                    why = self._why(p, code)
+                    self.lost[p.rank] = why
+                    result.new_losses.append(Loss(p, why, done.get(p.rank, 0)))
+            failed = [(k, p, c) for k, p, c in failed if p.role != "worker" or p.rank not in self.lost]
+        if failed:
+            def cause(kpc: tuple[int, Tracked, int | None]) -> tuple[bool, float]:
+                k, p, _ = kpc
+                return (p.role != "worker" or p.rank not in self.killed, self.dead_since[k])
+
+            _k, p, code = min(failed, key=cause)
+            step = done.get(p.rank, 0) if p.role == "worker" else min(done.values(), default=0)
+            raise ExperimentError(f"{self.strategy}: {p.label} {self._why(p, code)} at step {step}")
+        result.finished = all(c == 0 or (p.role == "worker" and p.rank in self.lost) for p, c in codes)
+        return result

@@ -1,0 +1,75 @@
+"""Launching one strategy's training processes in their Mininet hosts, and stopping them.
+
+Every process reads the strategy's job.json (runmodel.job) and gets only its rank on the command
+line; stdout goes nowhere (results are in the logs), stderr to <strategy>/<name>.stderr.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from typing import Any
+
+from incastlab.follow import Tracked
+from runmodel.folder import StrategyFolder
+from runmodel.job import JobSpec
+
+STOP_GRACE_S = 5.0
+
+
+class Launcher:
+    """The PS (PS family) and the workers of one job, each in its own host."""
+
+    def __init__(self, fabric: Any, folder: StrategyFolder, job: JobSpec) -> None:
+        self.fabric = fabric
+        self.folder = folder
+        self.job = job
+        self.procs: list[Tracked] = []
+        self.popens: list[subprocess.Popen[bytes]] = []  # aligned with procs
+
+    def _start(self, role: str, rank: int, host: str, module: str, extra: list[str]) -> None:
+        err = self.folder.ps_stderr if role == "ps" else self.folder.worker_stderr(rank)
+        argv = [sys.executable, "-u", "-m", module, "--job", str(self.folder.job_file), *extra]
+        with open(err, "wb") as ferr:
+            popen = self.fabric.host(host).popen(argv, stdout=subprocess.DEVNULL, stderr=ferr)
+        self.procs.append(Tracked(role, rank, host, popen, err))
+        self.popens.append(popen)
+
+    def start(self) -> list[Tracked]:
+        """Write job.json, start the PS (if any), then every worker."""
+        self.job.write(self.folder.job_file)
+        if self.job.uses_ps:
+            assert self.job.ps_host is not None
+            self._start("ps", -1, self.job.ps_host, "workloads.ps", [])
+        for rj in self.job.ranks:
+            self._start("worker", rj.rank, rj.host, "workloads.worker", ["--rank", str(rj.rank)])
+        return self.procs
+
+    def kill_worker(self, rank: int) -> bool:
+        """SIGKILL one worker, as a crash would; False if it was not running."""
+        for p, popen in zip(self.procs, self.popens, strict=True):
+            if p.role == "worker" and p.rank == rank and popen.poll() is None:
+                popen.kill()
+                return True
+        return False
+
+    def stop(self) -> None:
+        """Terminate whatever still runs (after a failure or an interrupt); SIGKILL after a grace."""
+        live = [popen for popen in self.popens if popen.poll() is None]
+        for popen in live:
+            popen.terminate()
+        deadline = time.monotonic() + STOP_GRACE_S
+        for popen in live:
+            try:
+                popen.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                popen.kill()
+                popen.wait()
+
+    def steps_done(self) -> dict[int, int]:
+        """Steps each worker has logged so far."""
+        from runmodel.records import read_worker_log
+
+        return {rj.rank: len(read_worker_log(self.folder.worker_log(rj.rank), rj.rank).steps)
+                for rj in self.job.ranks}

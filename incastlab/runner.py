@@ -1,0 +1,134 @@
+"""The experiment runner: the same workers, one strategy after the other, on one fabric.
+
+For each strategy: start the measurements (record.py), launch the real PyTorch processes in their
+Mininet hosts (launch.py), follow them until they finish or one fails (follow.py), fire the
+faults (faults.py), stop everything and save what was measured. Everything lands in the run folder
+as it is produced; the summary and the report are computed from those files afterwards, so they
+can be rebuilt from a saved run.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from incastlab.faults import FaultInjector
+from incastlab.follow import ExperimentError, Follower
+from incastlab.launch import Launcher
+from incastlab.record import Recorder
+from incastlab.session import Session
+from runmodel.config import PS_FAMILY, ExperimentConfig
+from runmodel.folder import RunFolder, StrategyFolder
+from runmodel.job import job_for
+from runmodel.records import Status, write_json
+
+__all__ = ["ExperimentError", "StrategyRun", "run_experiment"]
+POLL_S = 0.5
+
+
+class StrategyRun:
+    """One strategy's processes, measurements and records in <run>/<strategy>/."""
+
+    def __init__(self, session: Session, cfg: ExperimentConfig, strategy: str, folder: StrategyFolder,
+                 index: int, say: Callable[[str], None]) -> None:
+        self.s = session
+        self.cfg = cfg
+        self.strategy = strategy
+        self.folder = folder
+        self.say = say
+        self.job = job_for(cfg, session.plan, strategy, index, folder.path)
+        hosts = cfg.worker_hosts if strategy not in PS_FAMILY else [cfg.fabric.ps_host, *cfg.worker_hosts]
+        self.recorder = Recorder(session, cfg, folder, hosts, say)
+        self.launcher = Launcher(session.fabric, folder, self.job)
+        self.follower: Follower | None = None
+        self.injector: FaultInjector | None = None
+
+    def _kill_worker(self, rank: int) -> None:
+        if self.follower is not None:
+            self.follower.mark_killed(rank, f"kill-worker:{rank}")
+        self.launcher.kill_worker(rank)
+
+    def _phase(self, **kw: object) -> None:
+        self.s.controller.set_phase(strategy=self.strategy, steps=self.cfg.steps, **kw)
+
+    def _follow(self) -> None:
+        """Progress lines and phase until every process is done; ExperimentError on a failure."""
+        assert self.follower is not None
+        deadline = time.monotonic() + self.cfg.run_timeout
+        shown = None
+        while True:
+            check = self.follower.check()
+            if self.injector is not None:
+                self.injector.tick(check.slowest)
+            for loss in check.new_losses:
+                self.say(f"{self.strategy}: {loss.proc.label} {loss.why} at step {loss.step}; "
+                         f"training goes on with {self.cfg.n_workers - len(self.follower.lost)} workers")
+            if check.done and (check.slowest, check.fastest) != shown:
+                shown = (check.slowest, check.fastest)
+                ahead = f" (fastest at {check.fastest})" if check.fastest != check.slowest else ""
+                self.say(f"{self.strategy}: step {check.slowest}/{self.cfg.steps}{ahead}")
+                self._phase(state="running", step=check.slowest, fastest=check.fastest)
+            if check.finished:
+                return
+            if time.monotonic() > deadline:
+                raise ExperimentError(f"{self.strategy}: not finished after {self.cfg.run_timeout:.0f} s "
+                                      f"(workers at steps {check.done})")
+            time.sleep(POLL_S)
+
+    def run(self) -> Status:
+        """Run the strategy; always leaves status.json saying how it ended."""
+        self.folder.path.mkdir(parents=True, exist_ok=True)
+        self.folder.write_status(Status("running"))
+        self._phase(state="starting", step=0)
+        state, error, interrupted = "incomplete", None, False
+        t_start = t_end = time.time()
+        try:
+            self.recorder.start()
+            t_start = time.time()
+            faults = self.cfg.parsed_faults()
+            if faults:
+                self.injector = FaultInjector(faults, self.folder.faults_file, self._kill_worker,
+                                              self.s.controller, self.say)
+                self.injector.start()
+            procs = self.launcher.start()
+            self.follower = Follower(self.strategy, procs, self.launcher.steps_done,
+                                     carry_on_without_workers=self.strategy == "async")
+            self._follow()
+            state = "complete"
+        except ExperimentError as exc:
+            state, error = "failed", str(exc)
+            raise
+        except KeyboardInterrupt:
+            state, error, interrupted = "incomplete", "interrupted", True
+            raise
+        finally:
+            t_end = time.time()
+            self.launcher.stop()
+            if self.injector is not None:
+                self.injector.finish()
+                # a controller fault must not outlive its strategy (after Ctrl-C, teardown follows)
+                if not interrupted and not self.s.controller.alive():
+                    self.s.controller.start()
+            self.recorder.stop(t_start, t_end)
+            lost = self.follower.lost if self.follower is not None else {}
+            status = Status(state, error, t_start, t_end, {str(r): w for r, w in lost.items()})
+            self.folder.write_status(status)
+            self._phase(state="done" if state == "complete" else state, step=None)
+        return status
+
+
+def run_experiment(session: Session, cfg: ExperimentConfig, folder: RunFolder,
+                   say: Callable[[str], None]) -> dict[str, Status]:
+    """Every strategy of the config, one after the other; returns how each ended.
+
+    A failing strategy ends the experiment (its ExperimentError propagates) after its records are
+    saved; the strategies before it keep theirs.
+    """
+    outcomes: dict[str, Status] = {}
+    write_json(folder.topology_file, session.controller.get("/api/topology"))
+    for k, strategy in enumerate(cfg.strategies):
+        say(f"{strategy}: starting {cfg.n_workers} workers ({k + 1}/{len(cfg.strategies)} strategies)")
+        status = StrategyRun(session, cfg, strategy, folder.strategy(strategy), k, say).run()
+        outcomes[strategy] = status
+        say(f"{strategy}: done in {(status.t_end or 0) - (status.t_start or 0):.1f} s")
+    return outcomes

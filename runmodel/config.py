@@ -1,0 +1,316 @@
+"""Every parameter of an experiment: the config.json of a run.
+
+A scenario file holds these fields (and a `fabric` and a `controller` object); flags given on the
+command line override it. `ExperimentConfig.validate()` refuses what cannot run, naming the field,
+before anything is built.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, fields, replace
+from pathlib import Path
+from typing import Any
+
+from runmodel import SCHEMA
+from runmodel.fabric import FabricSpec, Plan, build_plan
+from runmodel.params import ParamError, number, param, refuse_unknown, whole
+
+PS_FAMILY = ("ps", "async", "ssp", "backup")
+COLLECTIVES = ("ring", "allreduce")
+STRATEGIES = PS_FAMILY + COLLECTIVES
+CAPTURES = ("all", "ps-port", "none")
+CONGESTION_CONTROLS = ("cubic", "reno", "bbr", "dctcp")
+
+
+def split_commas(text: str) -> tuple[str, ...]:
+    """'ps, ring' -> ('ps', 'ring')."""
+    return tuple(s.strip() for s in text.split(",") if s.strip())
+
+
+STRAGGLER_KNOBS = {"cpu": float, "link_mbit": float, "slow_every": int, "slow_factor": float,
+                   "compute_factor": float}
+
+
+@dataclass(frozen=True)
+class Straggler:
+    """A slowed worker: CPU cap, slower link, periodic slow steps, slower accelerator (any mix)."""
+
+    host: str
+    cpu: float | None = None  # share of one CPU (Mininet CPU-limited host)
+    link_mbit: float | None = None  # the host's link rate instead of the fabric's host_mbit
+    slow_every: int = 0  # every K-th step computes slow_factor times longer (thermal throttling)
+    slow_factor: float = 1.0
+    compute_factor: float = 1.0  # the emulated accelerator is this many times slower
+
+    @classmethod
+    def parse(cls, text: str) -> Straggler:
+        """`h3:cpu=0.25,slow_every=3,slow_factor=4,link_mbit=5,compute_factor=2`."""
+        host, _, rest = text.partition(":")
+        knobs: dict[str, Any] = {}
+        for part in filter(None, rest.split(",")):
+            key, _, val = part.partition("=")
+            if key not in STRAGGLER_KNOBS:
+                raise ParamError(f"--straggler: unknown field {key!r} ({', '.join(STRAGGLER_KNOBS)})")
+            try:
+                knobs[key] = STRAGGLER_KNOBS[key](val)
+            except ValueError as exc:
+                raise ParamError(f"--straggler: {key} needs a number, got {val!r}") from exc
+        return cls(host=host.strip(), **knobs)
+
+    @classmethod
+    def from_dict(cls, doc: Any) -> Straggler:
+        """A straggler from a scenario's `stragglers` entry."""
+        if not isinstance(doc, dict) or "host" not in doc:
+            raise ParamError('stragglers: each needs a host, e.g. {"host": "h3", "cpu": 0.25}')
+        unknown = sorted(set(doc) - {"host"} - set(STRAGGLER_KNOBS))
+        if unknown:
+            raise ParamError(f"stragglers: unknown field {unknown[0]!r}")
+        return cls(**doc)
+
+    def validate(self) -> None:
+        """Refuse knobs that cannot be (host membership is checked by the config)."""
+        if self.cpu is not None and not (isinstance(self.cpu, int | float) and 0 < self.cpu <= 1):
+            raise ParamError(f"stragglers: {self.host}: cpu share must be in (0, 1], got {self.cpu}")
+        rate = self.link_mbit
+        if rate is not None and not (isinstance(rate, int | float) and rate > 0):
+            raise ParamError(f"stragglers: {self.host}: link_mbit must be > 0, got {self.link_mbit}")
+        if self.slow_every < 0 or self.slow_factor < 1 or self.compute_factor < 1:
+            raise ParamError(f"stragglers: {self.host}: slow_every must be >= 0, slow_factor and "
+                             "compute_factor >= 1")
+
+
+@dataclass(frozen=True)
+class ControllerOptions:
+    """Where the controller listens and how often it polls the switches."""
+
+    api_host: str = param("127.0.0.1", "controller API/dashboard listen address (anything but "
+                          "loopback exposes the unauthenticated API)")
+    api_port: int = param(8080, "controller API/dashboard port")
+    of_host: str = param("127.0.0.1", "OpenFlow listen address (the switches connect over loopback)")
+    of_port: int = param(6653, "OpenFlow port")
+    interval: float = param(0.5, "statistics poll interval, s")
+
+    def validate(self) -> None:
+        """Refuse impossible ports and an interval out of range."""
+        for name in ("api_port", "of_port"):
+            port = getattr(self, name)
+            if not isinstance(port, int) or not 0 < port < 65536:
+                raise ParamError(f"--{name.replace('_', '-')} must be a TCP port (1-65535), got {port}")
+        if self.api_port == self.of_port:
+            raise ParamError("--api-port and --of-port must differ")
+        number("interval", self.interval, 0, 60, lo_open=True)
+
+    @property
+    def base_url(self) -> str:
+        """Base URL of the API as a local client reaches it."""
+        host = "127.0.0.1" if self.api_host in ("0.0.0.0", "") else self.api_host
+        return f"http://{host}:{self.api_port}"
+
+    @classmethod
+    def from_dict(cls, doc: dict[str, Any]) -> ControllerOptions:
+        """Options from config.json; unknown keys are refused by name."""
+        refuse_unknown(doc, cls, "controller")
+        return cls(**doc)
+
+
+@dataclass(frozen=True)
+class ExperimentConfig:
+    """Every parameter of a run (config.json). One field, one flag: see runmodel.params."""
+
+    fabric: FabricSpec = param(factory=FabricSpec, cli=False)
+    controller: ControllerOptions = param(factory=ControllerOptions, cli=False)
+    workers: int = param(0, "number of workers (0: every host but the PS)")
+    strategies: tuple[str, ...] = param(("ps", "ring"), "comma-separated: " + ",".join(STRATEGIES),
+                                        parse=split_commas, metavar="S1,S2")
+    steps: int = param(10, "training steps per strategy")
+    grad_mb: float = param(0.5, "gradient size, MiB of float32 (what each worker exchanges per step)")
+    batch: int = param(32, "samples per worker per step")
+    compute_ms: float = param(0.0, "emulated accelerator time per step, ms (0: CPU compute only)")
+    lr: float = param(1.0, "learning rate")
+    seed: int = param(0, "random seed (the same for every strategy)")
+    staleness: int = param(2, "SSP bound s: the fastest worker may lead the slowest by s steps")
+    backup: int = param(1, "backup workers b: the backup strategy drops the b slowest each step")
+    capture: str = param("all", "packet capture: every host and the PS port, the PS port only, or none",
+                         choices=CAPTURES)
+    snaplen: int = param(128, "bytes kept per captured packet")
+    queue_sample_ms: float = param(10.0, "queue backlog sampling interval, ms")
+    cc: str = param("cubic", "TCP congestion control in every host", choices=CONGESTION_CONTROLS)
+    timeout: float = param(60.0, "seconds a silent peer may take before the run fails")
+    run_timeout: float = param(900.0, "seconds one strategy may take at most")
+    target_loss: float | None = param(None, "loss for the report's time-to-target (default: none)")
+    faults: tuple[str, ...] = param((), "inject a fault, e.g. link-down:lf1-eth1@5s, kill-worker:2@step3, "
+                                    "controller-restart@4s (repeatable)", flag="--fault", repeat=True,
+                                    metavar="KIND[:TARGET]@WHEN")
+    stragglers: tuple[Straggler, ...] = param((), "slow a worker, e.g. h3:cpu=0.25 or "
+                                              "h3:slow_every=3,slow_factor=4 (repeatable)",
+                                              flag="--straggler", repeat=True, parse=Straggler.parse,
+                                              metavar="HOST:FIELD=V,...")
+    name: str = param("", cli=False)
+    description: str = param("", cli=False)
+
+    # -- derived ------------------------------------------------------------------------------
+    @property
+    def candidate_hosts(self) -> list[str]:
+        """Every host but the PS, in name order: where workers may run."""
+        return [h for h in self.fabric.host_names if h != self.fabric.ps_host]
+
+    @property
+    def n_workers(self) -> int:
+        """How many workers train."""
+        return self.workers or len(self.candidate_hosts)
+
+    @property
+    def worker_hosts(self) -> list[str]:
+        """The hosts that run workers, in rank order."""
+        return self.candidate_hosts[: self.n_workers]
+
+    @property
+    def grad_bytes(self) -> int:
+        """Bytes of one gradient (whole float32 values)."""
+        return int(round(self.grad_mb * 2**20 / 4)) * 4
+
+    def plan(self) -> Plan:
+        """The wiring plan, stragglers' slower links and CPU caps included."""
+        return build_plan(self.fabric,
+                          host_mbit={s.host: s.link_mbit for s in self.stragglers if s.link_mbit is not None},
+                          host_cpu={s.host: s.cpu for s in self.stragglers if s.cpu is not None})
+
+    def straggler(self, host: str) -> Straggler | None:
+        """The straggler settings of a host, if it is one."""
+        return next((s for s in self.stragglers if s.host == host), None)
+
+    # -- checks ---------------------------------------------------------------------------------
+    def validate(self) -> None:
+        """Refuse a run that cannot happen, naming the field."""
+        self.controller.validate()
+        whole("workers", self.workers, 0)
+        others = self.candidate_hosts
+        if self.workers > len(others):
+            raise ParamError(f"workers must be 1..{len(others)} (hosts but the PS), got {self.workers}")
+        n = self.n_workers
+        if n < 2:
+            raise ParamError(f"workers: data-parallel training needs at least 2 workers, got {n}")
+        if not self.strategies:
+            raise ParamError("strategies: name at least one")
+        for s in self.strategies:
+            if s not in STRATEGIES:
+                raise ParamError(f"strategies: unknown strategy {s!r} (known: {', '.join(STRATEGIES)})")
+        if len(set(self.strategies)) != len(self.strategies):
+            raise ParamError("strategies: each strategy may appear once")
+        whole("steps", self.steps, 1)
+        number("grad_mb", self.grad_mb, 0, 256, lo_open=True)
+        whole("batch", self.batch, 1)
+        number("compute_ms", self.compute_ms, 0)
+        number("lr", self.lr, 0, lo_open=True)
+        whole("seed", self.seed, 0)
+        if not isinstance(self.staleness, int) or self.staleness < 0:
+            raise ParamError(f"staleness (ssp bound s) must be >= 0, got {self.staleness}")
+        if not isinstance(self.backup, int) or not 0 <= self.backup < n:
+            raise ParamError(f"backup (b backup workers) must be in [0, {n - 1}] for {n} workers, "
+                             f"got {self.backup}")
+        if self.capture not in CAPTURES:
+            raise ParamError(f"capture must be all, ps-port or none, got {self.capture!r}")
+        whole("snaplen", self.snaplen, 16, 65535)
+        number("queue_sample_ms", self.queue_sample_ms, 1, 1000)
+        if self.cc not in CONGESTION_CONTROLS:
+            raise ParamError(f"cc must be one of {', '.join(CONGESTION_CONTROLS)}, got {self.cc!r}")
+        number("timeout", self.timeout, 0, lo_open=True)
+        number("run_timeout", self.run_timeout, 0, lo_open=True)
+        if self.target_loss is not None:
+            number("target_loss", self.target_loss)
+        workers = set(self.worker_hosts)
+        for st in self.stragglers:
+            self.fabric.check_host("stragglers", st.host)
+            if st.host not in workers:
+                raise ParamError(f"stragglers: host {st.host!r} runs no worker in this run")
+            st.validate()
+        self.parsed_faults()
+
+    def parsed_faults(self) -> list[Any]:
+        """The fault specs, checked against the fabric."""
+        from runmodel.faults import parse_fault
+
+        plan = self.plan()
+        return [parse_fault(f, plan, self.n_workers) for f in self.faults]
+
+    # -- files ----------------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        """config.json: the parameters, plus the hosts that run workers (derived, named as such)."""
+        doc: dict[str, Any] = {"schema": SCHEMA}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name in ("fabric", "controller"):
+                doc[f.name] = value.to_dict() if f.name == "fabric" else asdict(value)
+            elif f.name == "stragglers":
+                doc[f.name] = [asdict(s) for s in value]
+            elif isinstance(value, tuple):
+                doc[f.name] = list(value)
+            else:
+                doc[f.name] = value
+        doc["worker_hosts"] = self.worker_hosts
+        return doc
+
+    @classmethod
+    def from_dict(cls, doc: dict[str, Any], where: str = "config") -> ExperimentConfig:
+        """A config from config.json or a scenario (unknown fields refused by name)."""
+        doc = dict(doc)
+        doc.pop("schema", None)
+        doc.pop("worker_hosts", None)
+        doc.pop("scenario", None)
+        doc.pop("environment", None)
+        refuse_unknown(doc, cls, where)
+        if "fabric" in doc:
+            if not isinstance(doc["fabric"], dict):
+                raise ParamError(f"{where}: fabric must be an object")
+            doc["fabric"] = FabricSpec.from_dict(doc["fabric"])
+        if "controller" in doc:
+            doc["controller"] = ControllerOptions.from_dict(doc["controller"])
+        if isinstance(doc.get("strategies"), str):
+            doc["strategies"] = split_commas(doc["strategies"])
+        for key in ("strategies", "faults"):
+            if key in doc:
+                if not isinstance(doc[key], list | tuple):
+                    raise ParamError(f"{where}: {key} must be a list")
+                doc[key] = tuple(doc[key])
+        if "stragglers" in doc:
+            if not isinstance(doc["stragglers"], list | tuple):
+                raise ParamError(f"{where}: stragglers must be a list")
+            doc["stragglers"] = tuple(Straggler.from_dict(s) for s in doc["stragglers"])
+        return cls(**doc)
+
+    def overridden(self, fabric: dict[str, Any], controller: dict[str, Any],
+                   top: dict[str, Any]) -> ExperimentConfig:
+        """This config with the given fields replaced (the flags given on a command line)."""
+        return replace(self, fabric=replace(self.fabric, **fabric),
+                       controller=replace(self.controller, **controller), **top)
+
+
+def load_scenario(path: Path) -> ExperimentConfig:
+    """A scenario file (JSON): an ExperimentConfig's fields; unknown fields are refused by name."""
+    try:
+        doc = json.loads(path.read_text())
+    except OSError as exc:
+        raise ParamError(f"scenario {path}: cannot read it ({exc.strerror})") from exc
+    except ValueError as exc:
+        raise ParamError(f"scenario {path}: not valid JSON ({exc})") from exc
+    if not isinstance(doc, dict):
+        raise ParamError(f"scenario {path}: must be a JSON object")
+    try:
+        return ExperimentConfig.from_dict(doc, where=f"scenario {path.name}")
+    except TypeError as exc:
+        raise ParamError(f"scenario {path.name}: {exc}") from exc
+
+
+@dataclass(frozen=True)
+class RunEnvironment:
+    """What the machine gave the run (found, not chosen): recorded so a figure can be read in context."""
+
+    datapath: str  # OVS datapath used: kernel or user
+    kernel: str  # uname -r
+    cores: int
+    cc: str  # congestion control the hosts used
+    rto_min_ms: float  # minimum RTO of the hosts' TCP
+    virtualisation: str  # tcg, kvm or none (what systemd-detect-virt or the CPU flags say)
+    python: str
+    torch: str

@@ -1,0 +1,172 @@
+"""summary.json: the figures of a run, one typed block per strategy, each field defined once.
+
+Every field's metadata says what it holds and how it is computed (its statistic); docs/DESIGN.md
+shows these definitions (`python -m runmodel.summary` prints them as the Markdown table there, and
+a test checks the two agree). analysis/summary.py computes the values; the report only renders
+them, so a figure has the same value wherever it is shown.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from runmodel import SCHEMA
+
+
+def metric(doc: str, default: Any = None, *, factory: Any = None, source: str = "") -> Any:
+    """A summary field: `doc` defines it (statistic included); `source` names the files it comes from."""
+    meta = {"doc": doc, "source": source}
+    if factory is not None:
+        return field(default_factory=factory, metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+W, C, K, P, S = ("worker logs", "controller samples", "hosts.json (kernel)", "pcaps", "ps.jsonl")
+
+
+@dataclass
+class StrategySummary:
+    """The figures of one strategy (None where the run produced nothing to compute them from)."""
+
+    state: str = metric("how the strategy ended: complete, incomplete (interrupted, or still running), "
+                        "failed, missing", "missing", source="status.json")
+    error: str | None = metric("the one-line error of a failed or interrupted strategy", source="status.json")
+    workers: int = metric("workers that logged at least one step", 0, source=W)
+    steps: int = metric("steps logged (distinct step numbers over all workers)", 0, source=W)
+    grad_bytes: int = metric("bytes of one gradient (float32 values)", 0, source="config.json")
+    iter_time_s: float | None = metric("median over steps of the slowest worker's step time "
+                                       "(t_end - t_start): what a step cost the job", source=W)
+    comm_time_s: float | None = metric("median over all worker steps of comm_s: the time a worker spent "
+                                       "exchanging gradients and weights, waiting for others included",
+                                       source=W)
+    compute_time_s: float | None = metric("median over all worker steps of compute_s", source=W)
+    wait_time_s: float | None = metric("median over all worker steps of wait_s: the part of comm_s spent "
+                                       "waiting for the others (PS family: after its push was sent)",
+                                       source=W)
+    first_loss: float | None = metric("mean over workers of the loss at the first step", source=W)
+    final_loss: float | None = metric("mean over workers of the loss at the last step", source=W)
+    wall_time_s: float | None = metric("first step's start to last step's end, over all workers", source=W)
+    throughput_samples_per_s: float | None = metric("samples of every worker's steps / wall_time_s", source=W)
+    worker_compute_share: float | None = metric(
+        "mean over workers of each worker's compute time / its own active span (first step start to last "
+        "step end): how busy the accelerators were", source=W)
+    worker_compute_share_by_rank: dict[str, float] = metric(
+        "worker_compute_share of each rank", factory=dict, source=W)
+    worker_bytes_sent: int = metric("sum over worker steps of bytes_sent: gradient payload the workers sent",
+                                    0, source=W)
+    worker_bytes_received: int = metric("sum over worker steps of bytes_recv: payload the workers received "
+                                        "(weights from the PS, chunks from ring neighbours)", 0, source=W)
+    queue_drops_total: int | None = metric("sum over switch port queues of the drops counter's increase "
+                                           "over the strategy (OpenFlow queue tx_errors)", source=C)
+    ps_port: str | None = metric("interface name of the PS host's leaf port", source="plan.json")
+    ps_port_drops: int | None = metric("queue drops at the PS port over the strategy", source=C)
+    max_port_drops: int | None = metric("the most queue drops of any one port", source=C)
+    max_drop_port: str | None = metric("the port with max_port_drops (none without drops)", source=C)
+    drops_by_port: dict[str, int] = metric("queue drops per port, ports with drops only", factory=dict,
+                                           source=C)
+    bytes_by_link: dict[str, int] = metric(
+        "bytes per link direction over the strategy: each switch port's tx bytes, and hX-eth0 for a "
+        "host's own sending (its leaf port's rx bytes)", factory=dict, source=C)
+    max_link_share: float | None = metric("bytes of the busiest link direction / bytes of all link "
+                                          "directions", source=C)
+    busiest_link: str | None = metric("the link direction with the most bytes", source=C)
+    tcp_retransmits_kernel: int | None = metric("sum over hosts of TcpRetransSegs: segments TCP sent again",
+                                                source=K)
+    tcp_retransmits_pcap: int | None = metric(
+        "retransmissions in the hosts' own captures, as tshark's tcp.analysis.retransmission counts them "
+        "(the segments each host sent)", source=P)
+    tcp_fast_retransmits: int | None = metric(
+        "retransmitted segments sent while the receiver repeated an ACK (>= 2 dup ACKs in its current run) "
+        "or that tshark calls fast retransmissions: loss repaired without waiting for a timer", source=P)
+    tcp_timeout_retransmits: int | None = metric(
+        "tcp_retransmits_pcap - tcp_fast_retransmits: retransmitted segments without dup-ACK evidence "
+        "(RTO, its go-back-N followers, tail-loss probes); segments, not timeouts", source=P)
+    dup_acks: int | None = metric("duplicate ACKs the hosts sent (tshark tcp.analysis.duplicate_ack)",
+                                  source=P)
+    out_of_order: int | None = metric("segments tshark calls out-of-order", source=P)
+    zero_window: int | None = metric("segments advertising a zero window", source=P)
+    fabric_drops_pcap: int | None = metric(
+        "data segments a sending host's capture saw that the receiving host's capture never saw", source=P)
+    drops_on_path_to_ps_pcap: int | None = metric(
+        "segments toward the PS a sender's capture saw and the PS-port capture never did (lost before the "
+        "PS port's queue)", source=P)
+    capture_complete: bool = metric("every capture point of the strategy got every packet", False,
+                                    source="capture.json")
+    captures: int = metric("capture points of the strategy", 0, source="capture.json")
+    pcap_error: str | None = metric("why the pcaps could not be read, if they could not", source=P)
+    updates_applied: int | None = metric("gradients the PS applied", source=S)
+    updates_discarded: int | None = metric("gradients the PS dropped (late in a synchronous step, or a "
+                                           "backup's)", source=S)
+    staleness_max: int | None = metric("the largest staleness of an applied gradient (model versions "
+                                       "between the one it was computed on and the one it updated)", source=S)
+    staleness_mean: float | None = metric("mean staleness of the applied gradients", source=S)
+    staleness_histogram: dict[str, int] = metric("applied gradients per staleness", factory=dict, source=S)
+    discarded_per_step: list[int] = metric("gradients discarded at each synchronous step", factory=list,
+                                           source=S)
+    ssp_max_gap: int | None = metric("SSP: the largest step gap between fastest and slowest worker the PS "
+                                     "allowed", source=S)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The strategy's block of summary.json."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, doc: dict[str, Any]) -> StrategySummary:
+        """From summary.json (keys it does not know are ignored: a newer schema's additions)."""
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in doc.items() if k in names})
+
+
+@dataclass
+class CaptureTotals:
+    """The run's captures in one place: complete or not, and what was lost where."""
+
+    enabled: bool
+    complete: bool
+    packets_captured: int = 0
+    packets_dropped_kernel: int = 0
+    incomplete_points: list[str] = field(default_factory=list)  # "<strategy>/<point>"
+
+
+@dataclass
+class RunSummary:
+    """summary.json."""
+
+    config: dict[str, Any]
+    strategies: dict[str, StrategySummary]
+    capture: CaptureTotals
+    complete: bool  # every strategy complete
+    schema: int = SCHEMA
+
+    def to_dict(self) -> dict[str, Any]:
+        """summary.json."""
+        return {"schema": self.schema, "config": self.config,
+                "strategies": {k: v.to_dict() for k, v in self.strategies.items()},
+                "capture": dataclasses.asdict(self.capture), "complete": self.complete}
+
+    @classmethod
+    def from_dict(cls, doc: dict[str, Any]) -> RunSummary:
+        """From summary.json."""
+        cap = doc.get("capture") or {}
+        known = {f.name for f in fields(CaptureTotals)}
+        strategies = doc.get("strategies") or {}
+        return cls(config=doc.get("config") or {},
+                   strategies={k: StrategySummary.from_dict(v) for k, v in strategies.items()},
+                   capture=CaptureTotals(**{k: v for k, v in cap.items() if k in known})
+                   if cap else CaptureTotals(False, False),
+                   complete=bool(doc.get("complete")), schema=int(doc.get("schema") or 1))
+
+
+def definitions_markdown() -> str:
+    """The per-strategy fields of summary.json as a Markdown table (docs/DESIGN.md holds it)."""
+    rows = ["| key | from | definition |", "|---|---|---|"]
+    for f in fields(StrategySummary):
+        rows.append(f"| `{f.name}` | {f.metadata['source']} | {f.metadata['doc']} |")
+    return "\n".join(rows)
+
+
+if __name__ == "__main__":
+    sys.stdout.write(definitions_markdown() + "\n")
