@@ -6,7 +6,7 @@ import json
 
 from controller.api import ApiApp
 from controller.stats import StatsStore
-from topologies.spec import FabricSpec, build_plan
+from runmodel.fabric import FabricSpec, build_plan
 
 PLAN = build_plan(FabricSpec(spines=2, leaves=2, hosts_per_leaf=2, host_mbit=10, uplink_mbit=10))
 LF1 = 0x201

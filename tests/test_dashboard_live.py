@@ -6,11 +6,12 @@ import socket
 
 import pytest
 
+from runmodel.config import ControllerOptions
+from runmodel.fabric import FabricSpec, build_plan
 from tests import test_dashboard as dash
 from tests.conftest import guarded_host
 from tests.test_dashboard import driver  # noqa: F401 - the headless Chromium fixture
 from tests.waiting import tcp_listening, wait_for
-from topologies.spec import FabricSpec, build_plan
 
 pytestmark = pytest.mark.browser
 
@@ -28,7 +29,7 @@ def live(tmp_path_factory):
 
     workdir = tmp_path_factory.mktemp("dash")
     with guarded_host("the dashboard session"), fabric_session(
-            FabricSpec(), workdir, api_port=free_port(), interval=0.5, ping=False) as sess:
+            build_plan(FabricSpec()), ControllerOptions(api_port=free_port()), workdir, ping=False) as sess:
         yield sess
 
 
@@ -74,7 +75,7 @@ def test_large_plan_from_the_real_controller_lays_out_cleanly(driver, tmp_path):
     from controller.launch import ControllerProcess
 
     plan = build_plan(FabricSpec(spines=4, leaves=8, hosts_per_leaf=4))
-    ctl = ControllerProcess(plan, tmp_path, of_port=free_port(), api_port=free_port())
+    ctl = ControllerProcess(plan, ControllerOptions(of_port=free_port(), api_port=free_port()), tmp_path)
     ctl.start()
     try:
         dash.open_dashboard(driver, ctl.base)

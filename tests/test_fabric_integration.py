@@ -8,9 +8,10 @@ import time
 
 import pytest
 
+from runmodel.config import ControllerOptions
+from runmodel.fabric import FabricSpec, build_plan
 from tests.conftest import guarded_host
 from tests.waiting import tcp_listening, wait_for, wait_for_polls
-from topologies.spec import FabricSpec
 
 pytestmark = pytest.mark.integration
 
@@ -21,8 +22,8 @@ def session(tmp_path_factory):
     from incastlab.session import fabric_session
 
     workdir = tmp_path_factory.mktemp("fabric")
-    spec = FabricSpec(buffer_pkts=20)
-    with guarded_host("the session"), fabric_session(spec, workdir, interval=0.5) as sess:
+    plan = build_plan(FabricSpec(buffer_pkts=20))
+    with guarded_host("the session"), fabric_session(plan, ControllerOptions(), workdir) as sess:
         yield sess
 
 
@@ -61,7 +62,7 @@ def tc_class_drops(dev: str) -> int:
 
 def test_incast_drops_seen_by_the_api_equal_the_kernel_counters(session):
     fab = session.fabric
-    ps_port = session.plan["ps_port"]["name"]
+    ps_port = session.plan.ps_port.name
     servers = [fab.host("h1").popen(["iperf3", "-s", "-1", "-p", str(5400 + k)]) for k in range(7)]
     wait_for(lambda: all(tcp_listening(s.pid, 5400 + k) for k, s in enumerate(servers)), 15,
              "the iperf3 servers on h1 to listen")

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from controller.routing import compute_rules, group_id, uplink_of_port
-from topologies.spec import FabricSpec, SpecError, build_plan
+from controller.routing import compute_rules, group_id
+from runmodel.fabric import FabricSpec, PortRef, build_plan
+from runmodel.params import ParamError
 
 
 @pytest.mark.parametrize("kwargs, field", [
@@ -16,33 +17,47 @@ from topologies.spec import FabricSpec, SpecError, build_plan
     ({"uplink_mbit": -5}, "uplink_mbit"),
     ({"buffer_pkts": 0}, "buffer_pkts"),
     ({"ps_host": "h9"}, "ps_host"),
-    ({"cpu": {"h42": 0.5}}, "cpu"),
-    ({"cpu": {"h2": 1.5}}, "cpu"),
+    ({"datapath": "warp"}, "datapath"),
+    ({"loss_pct": 100}, "loss_pct"),
 ])
 def test_impossible_fabrics_are_refused_by_field(kwargs, field):
-    with pytest.raises(SpecError) as err:
+    with pytest.raises(ParamError) as err:
         FabricSpec(**kwargs)
     assert field in str(err.value)
     assert "\n" not in str(err.value)
 
 
+@pytest.mark.parametrize("overrides, field", [({"host_cpu": {"h42": 0.5}}, "cpu"),
+                                               ({"host_mbit": {"h42": 5.0}}, "link_mbit")])
+def test_a_slowed_host_must_exist(overrides, field):
+    with pytest.raises(ParamError, match=field):
+        build_plan(FabricSpec(), **overrides)
+
+
 def test_unknown_field_is_named():
-    with pytest.raises(SpecError, match="bogus"):
+    with pytest.raises(ParamError, match="bogus"):
         FabricSpec.from_dict({"bogus": 1})
+
+
+def test_the_plan_survives_its_json():
+    plan = build_plan(FabricSpec(spines=3, leaves=2), host_mbit={"h2": 5.0}, host_cpu={"h3": 0.25})
+    again = type(plan).from_dict(plan.to_dict())
+    assert again == plan and again.host("h2").rate_mbit == 5.0 and again.host("h3").cpu == 0.25
 
 
 def test_plan_numbers_ports_as_documented():
     spec = FabricSpec(spines=2, leaves=3, hosts_per_leaf=2, ps_host="h4")
     plan = build_plan(spec)
-    assert [s["name"] for s in plan["switches"]] == ["sp1", "sp2", "lf1", "lf2", "lf3"]
-    h4 = next(h for h in plan["hosts"] if h["name"] == "h4")
-    assert (h4["leaf"], h4["port"], h4["ip"], h4["mac"]) == ("lf2", 4, "10.0.0.4", "00:00:00:00:00:04")
-    assert plan["ps_port"] == {"switch": "lf2", "port": 4, "name": "lf2-eth4"}
-    uplinks = [ln for ln in plan["links"] if ln["kind"] == "uplink"]
+    assert [s.name for s in plan.switches] == ["sp1", "sp2", "lf1", "lf2", "lf3"]
+    h4 = plan.host("h4")
+    assert (h4.leaf, h4.port, h4.ip, h4.mac) == ("lf2", 4, "10.0.0.4", "00:00:00:00:00:04")
+    assert plan.ps_port == PortRef("lf2", 4, "lf2-eth4")
+    uplinks = [ln for ln in plan.links if ln.kind == "uplink"]
     assert len(uplinks) == 6
     last = uplinks[-1]
-    assert (last["a"], last["a_port"], last["b"], last["b_port"]) == ("lf3", 2, "sp2", 3)
-    assert len({h["mac"] for h in plan["hosts"]}) == 6
+    assert (last.a, last.a_port, last.b, last.b_port) == ("lf3", 2, "sp2", 3)
+    assert len({h.mac for h in plan.hosts}) == 6
+    assert len(plan.switch_ports()) == 6 * 2 + 6
 
 
 def test_oversubscription():
@@ -53,12 +68,12 @@ def _deliver(plan, rules, src_host, dst_mac, max_hops=10):
     """Follow the rules from a host; returns the set of hosts reached and the number of copies."""
     by_name = {r.name: r for r in rules.values()}
     peers = {}
-    for ln in plan["links"]:
-        peers[(ln["a"], ln["a_port"])] = (ln["b"], ln["b_port"])
-        if ln["kind"] == "uplink":
-            peers[(ln["b"], ln["b_port"])] = (ln["a"], ln["a_port"])
-    host = next(h for h in plan["hosts"] if h["name"] == src_host)
-    frontier = [(host["leaf"], host["port"], 0)]
+    for ln in plan.links:
+        peers[(ln.a, ln.a_port)] = (ln.b, ln.b_port)
+        if ln.kind == "uplink":
+            peers[(ln.b, ln.b_port)] = (ln.a, ln.a_port)
+    host = plan.host(src_host)
+    frontier = [(host.leaf, host.port, 0)]
     reached: list[str] = []
     while frontier:
         sw, in_port, hops = frontier.pop()
@@ -83,19 +98,19 @@ def test_unicast_reaches_exactly_the_destination():
     spec = FabricSpec(spines=2, leaves=4, hosts_per_leaf=2)
     plan = build_plan(spec)
     rules = compute_rules(plan)
-    for src in plan["hosts"]:
-        for dst in plan["hosts"]:
+    for src in plan.hosts:
+        for dst in plan.hosts:
             if src is not dst:
-                assert _deliver(plan, rules, src["name"], dst["mac"]) == [dst["name"]]
+                assert _deliver(plan, rules, src.name, dst.mac) == [dst.name]
 
 
 def test_broadcast_reaches_every_other_host_once_without_loops():
     spec = FabricSpec(spines=3, leaves=4, hosts_per_leaf=3)
     plan = build_plan(spec)
     rules = compute_rules(plan)
-    for src in plan["hosts"]:
-        reached = _deliver(plan, rules, src["name"], "ff:ff:ff:ff:ff:ff")
-        assert sorted(reached) == sorted(h["name"] for h in plan["hosts"] if h is not src)
+    for src in plan.hosts:
+        reached = _deliver(plan, rules, src.name, "ff:ff:ff:ff:ff:ff")
+        assert sorted(reached) == sorted(h.name for h in plan.hosts if h is not src)
 
 
 def test_leaves_spread_remote_traffic_over_every_spine():
@@ -109,16 +124,16 @@ def test_leaves_spread_remote_traffic_over_every_spine():
 
 def test_a_dead_uplink_is_steered_around_by_every_leaf():
     plan = build_plan(FabricSpec(spines=2, leaves=3))
-    assert uplink_of_port(plan, "sp1", 2) == ("lf2", "sp1")
-    assert uplink_of_port(plan, "lf2", 1) == ("lf2", "sp1")
-    assert uplink_of_port(plan, "lf2", 3) is None
+    assert plan.uplink_of_port("sp1", 2) == ("lf2", "sp1")
+    assert plan.uplink_of_port("lf2", 1) == ("lf2", "sp1")
+    assert plan.uplink_of_port("lf2", 3) is None
     rerouted = compute_rules(plan, down={("lf2", "sp1")})
     rules = {r.name: r for r in rerouted.values()}
     groups = {name: {g.group_id: g.ports for g in r.groups} for name, r in rules.items() if r.role == "leaf"}
     assert groups["lf1"] == {group_id("lf2"): (2,), group_id("lf3"): (1, 2)}
     assert groups["lf2"] == {group_id("lf1"): (2,), group_id("lf3"): (2,)}
     assert groups["lf3"] == {group_id("lf1"): (1, 2), group_id("lf2"): (2,)}
-    for src in plan["hosts"]:  # every host still reaches every other
-        for dst in plan["hosts"]:
+    for src in plan.hosts:  # every host still reaches every other
+        for dst in plan.hosts:
             if src is not dst:
-                assert _deliver(plan, rerouted, src["name"], dst["mac"]) == [dst["name"]]
+                assert _deliver(plan, rerouted, src.name, dst.mac) == [dst.name]

@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import json
 
-from incastlab.runfolder import RunFolder, read_jsonl, write_json
+from runmodel.folder import RunFolder
+from runmodel.records import read_jsonl, write_json
 
 
 def test_latest_follows_runs_but_not_benchmarks(tmp_path):
-    a = RunFolder(tmp_path, name="run")
-    b = RunFolder(tmp_path, name="run")
+    a = RunFolder.create(tmp_path, name="run")
+    b = RunFolder.create(tmp_path, name="run")
     assert a.path != b.path and b.path.name == "run-2"
     assert (tmp_path / "latest").resolve() == b.path.resolve()
-    RunFolder(tmp_path, name="bench-x", link_latest=False)
+    RunFolder.create(tmp_path, name="bench-x", link_latest=False)
     assert (tmp_path / "latest").resolve() == b.path.resolve()
 
 

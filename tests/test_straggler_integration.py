@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from incastlab.runfolder import read_jsonl
+from runmodel.records import read_jsonl
 from tests.conftest import guarded_host, run_cli
 
 pytestmark = pytest.mark.integration
