@@ -16,6 +16,7 @@ import signal
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from typing import IO
 
 from tests.conftest import ROOT, incastlab_cmd
@@ -124,16 +125,20 @@ EXIT_WITHIN_S = 15  # a Ctrl-C must end the command this soon, wherever it lands
 
 
 def interrupt_at(run: Running, rng: random.Random, at: str, moved_on: str | None, max_delay: float,
-                 sig: int = signal.SIGINT, group: bool = True) -> tuple[int, float]:
+                 sig: int = signal.SIGINT, group: bool = True,
+                 before_signal: Callable[[], None] | None = None) -> tuple[int, float]:
     """Wait for the line `at`, then a random moment up to `max_delay` s, then signal the command.
 
     Returns (exit code, seconds from the signal to the exit) and prints them with the output's
     tail. Fails if the line `moved_on` (the run has left the window) had arrived before the signal.
+    `before_signal` runs just before the signal (a quick check that the moment is what it seems).
     """
     try:
         run.wait_line(at, 300)
         delay = rng.uniform(0.0, max_delay)
         time.sleep(delay)  # the run is inside the window [at, moved_on) for longer than max_delay
+        if before_signal is not None:
+            before_signal()
         t_sig = run.send(sig, group=group)
         code, secs = run.wait_exit(guard=120)
     except BaseException:

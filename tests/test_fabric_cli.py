@@ -74,11 +74,18 @@ HOLD_POINTS = {
     "ping": ("all-pairs ping: starting", "all-pairs ping: no loss", 0.03),
     "holding": ("fabric is up", None, 1.0),
 }
+
+
+def fabric_is_there() -> None:
+    assert not find_leftovers().empty(), "the fabric is not there to be taken down"
+
+
 @pytest.mark.parametrize("point", list(HOLD_POINTS))
 def test_ctrl_c_at_any_point_of_the_fabric_leaves_nothing_behind(clean_host, tmp_path, rng, point):
     at, moved_on, max_delay = HOLD_POINTS[point]
     run = Running(["fabric", "--hold", "--no-calibrate", "--workdir", str(tmp_path)])
-    code, secs = interrupt_at(run, rng, at, moved_on, max_delay)
+    code, secs = interrupt_at(run, rng, at, moved_on, max_delay,
+                              before_signal=fabric_is_there if point == "holding" else None)
     assert_exit_130_soon(code, secs, run)
     assert "interrupted; the fabric was taken down" in run.text("stderr")
     assert find_leftovers().empty(), f"Ctrl-C during {point} left {find_leftovers().describe()}"
