@@ -14,6 +14,7 @@ from analysis.goodput import delivered_bytes
 from analysis.pcapfile import read_pcap
 from analysis.rto import RTO_MIN_S, rto_events
 from analysis.tcp import analyze
+from analysis.tcpopts import read_options
 
 _TEXT_KEYS = ("records", "packets", "segments", "bytes", "retransmits", "fast_retransmits",
               "timeout_retransmits", "wireshark_fast_retransmits", "spurious_retransmits", "dup_acks",
@@ -46,18 +47,21 @@ def analyze_counts(path: str, *, allow_truncated: bool = False, per_flow: bool =
 
     tcp.TcpAnalysis.summary() (segment counts, Wireshark-style classification) plus: file,
     truncated_at, records (all records of the file, TCP or not); timeouts, loss_probes, stall_s
-    (rto.rto_events: timeout *events*, meaningful on a sender's capture); delivered_bytes
-    (goodput.delivered_bytes: unique payload bytes, meaningful on a receiver's capture). A valid
+    (rto.rto_events: timeout *events*, meaningful on a sender's capture) and timeouts_by_sender
+    ({sender IP: {"timeouts", "loss_probes", "stall_s"}}); delivered_bytes (goodput.delivered_bytes:
+    unique payload bytes, meaningful on a receiver's capture) and delivered_by_receiver. A valid
     capture without TCP packets (e.g. only a file header) gives zeros. With per_flow, "per_flow"
     lists each flow direction with the same counts.
     """
     pk = read_pcap(path, allow_truncated=allow_truncated, require_tcp=False)
     an = analyze(pk)
-    rt = rto_events(pk, rto_min_s=rto_min_s)
+    rt = rto_events(pk, tsval=read_options(pk).tsval, rto_min_s=rto_min_s)
     dl = delivered_bytes(pk)
     res: dict[str, object] = {"file": path, "truncated_at": pk.truncated_at, "records": pk.records}
     res.update(an.summary())
-    res.update(timeouts=rt.timeouts, loss_probes=rt.loss_probes, stall_s=rt.stall_s, delivered_bytes=dl.bytes)
+    res.update(timeouts=rt.timeouts, loss_probes=rt.loss_probes, stall_s=rt.stall_s, delivered_bytes=dl.bytes,
+               timeouts_by_sender=rt.by_sender(),
+               delivered_by_receiver={k: v["bytes"] for k, v in dl.by_receiver.items()})
     if per_flow:
         to = {f.flow: f for f in rt.flows}
         got = {f.flow: f.bytes for f in dl.flows}
@@ -79,6 +83,10 @@ def _print_text(res: dict[str, object]) -> None:
     print(head)
     for k in _TEXT_KEYS:
         print(f"  {k:<27} {res[k]}")
+    by = res.get("timeouts_by_sender") or {}
+    if by:
+        print(f"  {'timeouts by sender':<27} " + " ".join(
+            f"{ip}={row['timeouts']}" for ip, row in by.items()))  # type: ignore[union-attr,index]
     for row in res.get("per_flow", []):  # type: ignore[union-attr]
         print(f"  {row['flow']}: " + " ".join(f"{k}={row[k]}" for k in _FLOW_KEYS))
 
@@ -122,7 +130,7 @@ def _analyze(argv: list[str]) -> int:
 
 
 def _inspect(argv: list[str]) -> int:
-    from analysis.inspect import inspect_flow  # scapy import is slow, only load it here
+    from analysis.inspect import inspect_flow
 
     ap = _Parser(prog="incastlab inspect",
                  description="the packets of one TCP connection (both directions), each labelled "

@@ -24,6 +24,7 @@ from analysis.errors import AnalysisError
 from analysis.pcapfile import ACK, SYN, Packets, read_pcap, str_to_ip
 from analysis.rto import rto_events
 from analysis.tcp import analyze
+from analysis.tcpopts import read_options
 
 _FLAG_LETTERS = ((0x01, "F"), (0x02, "S"), (0x04, "R"), (0x08, "P"), (0x10, "A"), (0x20, "U"), (0x40, "E"),
                  (0x80, "C"), (0x100, "N"))
@@ -61,45 +62,20 @@ def tshark_bases(pk: Packets, conn: np.ndarray, fwd: np.ndarray) -> tuple[int | 
     return base[0], base[1]
 
 
-def _syn_wscale(path: str, frames: dict[int, int]) -> dict[int, int | None]:
-    """frame -> the window-scale shift in that frame's TCP options (None without the option)."""
-    import scapy.layers.l2  # noqa: F401  (registers the link types with scapy)
-    from scapy.layers.inet import TCP
-    from scapy.utils import PcapReader
-
-    out: dict[int, int | None] = {}
-    last = max(frames, default=0)
-    try:
-        with PcapReader(path) as reader:
-            for frame, pkt in enumerate(reader, start=1):
-                if frame > last:
-                    break
-                if frame in frames:
-                    tcp = pkt.getlayer(TCP)
-                    opts = dict((o[0], o[1]) for o in (tcp.options if tcp is not None else []) if len(o) == 2)
-                    ws = opts.get("WScale")
-                    out[frame] = min(int(ws), 14) if ws is not None else None
-    except Exception:  # noqa: BLE001 - a cut file or an odd record: scale what we could read
-        pass
-    return out
-
-
-def window_scales(path: str, pk: Packets, conn: np.ndarray, fwd: np.ndarray) -> tuple[int, int] | None:
-    """Window shift of (forward, reverse), (0, 0) when the handshake shows no scaling in use,
-    None when the capture lacks the handshake (windows unknown: show the raw fields)."""
+def window_scales(pk: Packets, conn: np.ndarray, fwd: np.ndarray,
+                  wscale: np.ndarray) -> tuple[int, int] | None:
+    """Window shift of (forward, reverse) from the connection's SYNs (`wscale`: per packet, the
+    option's shift or -1); (0, 0) when the handshake shows no scaling in use; None when the
+    capture lacks the handshake (windows unknown: show the raw fields)."""
     fl = pk.flags[conn]
     syn_f = conn[((fl & SYN) != 0) & fwd[conn]]
     syn_r = conn[((fl & SYN) != 0) & ~fwd[conn]]
     if not syn_f.size or not syn_r.size:
         return None
-    frames = {int(pk.frame[syn_f[0]]): 0, int(pk.frame[syn_r[0]]): 1}
-    ws = _syn_wscale(path, frames)
-    if len(ws) != 2:
-        return None
-    a, b = ws[int(pk.frame[syn_f[0]])], ws[int(pk.frame[syn_r[0]])]
-    if a is None or b is None:
+    a, b = int(wscale[syn_f[0]]), int(wscale[syn_r[0]])
+    if a < 0 or b < 0:
         return (0, 0)  # RFC 7323: scaling only if both SYNs carry the option
-    return (a, b)
+    return (min(a, 14), min(b, 14))
 
 
 def connection_rows(path: str, flow: str, *, absolute: bool = False,
@@ -116,11 +92,12 @@ def connection_rows(path: str, flow: str, *, absolute: bool = False,
     if not conn.size:
         raise AnalysisError(f"no packets of flow {flow} in {path}")
     an = analyze(pk)
+    opts = read_options(pk)
     bases = tshark_bases(pk, conn, fwd)
-    scales = window_scales(path, pk, conn, fwd)
+    scales = window_scales(pk, conn, fwd, opts.wscale)
     names = {"rto": "RTO timeout", "syn": "SYN timeout", "tlp": "tail loss probe"}
     timer: dict[int, str] = {}
-    for f in rto_events(pk).flows:
+    for f in rto_events(pk, tsval=opts.tsval).flows:
         for e in f.events:
             timer[e.frame] = names[e.kind] + (f" (backoff {e.backoff})" if e.backoff else "")
     t0 = int(pk.ts_ns[0])

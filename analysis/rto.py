@@ -21,6 +21,12 @@ the sender:
   kernel armed the timer, so "silence on the wire" alone misses most of its timeouts. (b) keeps
   out recoveries that retransmit the old head right after a SACK (fast recovery, RACK's reordering
   timer), which a long time since the head's previous copy does not exclude on such a sender.
+  (c) with the TCP timestamps of the capture (`tsval`, see tcpopts.py) every send is placed at the
+  time the sender's kernel stamped it rather than when it reached the wire, and a retransmission
+  that followed an incoming ACK within `burst_s` is ACK-clocked, not a timeout. Without tsval the
+  capture times are used and (c)'s ACK-clock test is left out: behind a queue in the sender's own
+  qdisc an ACK that arrived just before a packet reached the wire says nothing about what
+  triggered it.
 - TLP: in the Open state (no loss recovery under way, no duplicate ACKs since the last ACK
   advance) the kernel probes about 2*SRTT (+2 ms, or +rto_min with one segment in flight, never
   later than the RTO) after the last send by sending new data or, if there is none, by
@@ -48,9 +54,13 @@ Known differences from the kernel's counters, by construction:
   single-segment timeout that we call a probe is its RTO.
 - packets the capture missed (tcpdump drops) hide events.
 
-Measured on the sample `make compare` run (7 workers, PS h1, 20 Mbit/s, 20-packet buffers): per
-host, timeouts over the host's own flows vs TcpExtTCPTimeouts: ps h1 62/64, h2 35/35, h3 1/1,
-h4 14/14, h5 18/18, h6 20/20, h7 0/0, h8 15/15; ring: 0/0 on every host.
+Measured on the sample `make compare` run (7 workers, PS h1, 20 Mbit/s, 20-packet buffers), per
+host the timeouts of its own flows in its own capture vs TcpExtTCPTimeouts of its namespace:
+ps with tsval h1 60/64, h2 35/35, h3 1/1, h4 14/14, h5 18/18, h6 20/20, h7 0/0, h8 15/15 (without
+tsval the same except h1 62/64); ring 0/0 on every host and its one loss probe (h7) found. The
+PS host is the hard case: its packets waited up to 0.2 s in its own 1000-packet qdisc, so the
+order of its sends and the ACKs it received is uncertain by that much; the workers' are exact.
+Loss probes found are a lower bound (ps: 1 of 13 on h1, 1 of 9 on h2): most probes carried new data.
 """
 
 from __future__ import annotations
@@ -68,7 +78,7 @@ from analysis.seqspace import (
     group_start,
     seq_len,
     seq_numbers,
-    stable_order,
+    signed32,
 )
 
 RTO_MIN_S = 0.2      # Linux TCP_RTO_MIN
@@ -175,64 +185,57 @@ def _shift(x: np.ndarray, first: np.ndarray, fill: np.int64) -> np.ndarray:
     return y
 
 
-def _reverse_state(p: Packets, d: Directions, ack_rel: np.ndarray) -> dict[str, np.ndarray]:
-    """Per packet, what its sender knew from the reverse direction just before sending it:
-    una (highest cumulative ACK, _NEG if none), t_adv (time of the last ACK advance, _NEVER),
-    n_ack (ACK-carrying packets received so far), dups (duplicate ACKs since the last advance),
-    t_rev (time of the last packet received, _NEVER), win (last window received, -1 if none)."""
-    n = len(p)
-    oc = stable_order(d.conv)
-    cf = group_first(d.conv[oc])
-    cstart = group_start(cf)
-    gid = np.cumsum(cf) - 1
-    ts = p.ts_ns[oc]
-    sd = d.side[oc]
-    ar = ack_rel[oc]
-    pure = (p.plen[oc] == 0) & ((p.flags[oc] & (SYN | FIN | RST)) == 0)
-    win = p.win[oc].astype(np.int64)
-    out = {k: np.empty(n, dtype=np.int64) for k in ("una", "t_adv", "n_ack", "dups", "t_rev", "win")}
-    for s in (0, 1):
-        rev = sd == 1 - s
-        r = rev & (ar != NO_ACK)
-        vals = np.where(r, ar, _NEG)
-        una = _gcummax(vals, gid)
-        prev = _shift(una, cf, _NEG)
-        adv = r & (vals > prev)
-        ia = _ffill(adv, cstart)
-        t_adv = np.where(ia >= 0, ts[np.maximum(ia, 0)], _NEVER)
-        n_ack = np.cumsum(r)
-        n_ack = n_ack - (n_ack[cstart] - r[cstart])
-        dup = r & pure & (vals == prev) & (prev != _NEG)
-        cd = np.cumsum(dup)
-        at_adv = np.where(ia >= 0, cd[np.maximum(ia, 0)], cd[cstart] - dup[cstart])
-        dups = cd - at_adv
-        ir = _ffill(rev, cstart)
-        t_rev = np.where(ir >= 0, ts[np.maximum(ir, 0)], _NEVER)
-        iw = _ffill(r, cstart)
-        w = np.where(iw >= 0, win[np.maximum(iw, 0)], -1)
-        mine = oc[sd == s]
-        sel = sd == s
-        for k, v in (("una", una), ("t_adv", t_adv), ("n_ack", n_ack), ("dups", dups), ("t_rev", t_rev),
-                     ("win", w)):
-            out[k][mine] = v[sel]
-    return out
+def _send_times(p: Packets, data_o: np.ndarray, first: np.ndarray, tsval: np.ndarray | None) -> tuple[
+        np.ndarray, np.ndarray]:
+    """When the sender's kernel sent each data packet (ns), and whether that is known from TSval.
+
+    With TSval (ms of the sender's clock) the offset to the capture clock is the smallest
+    capture-minus-TSval of the direction (a packet that did not wait), and a send is placed at
+    the end of its TSval millisecond but never after its capture; without, the capture time."""
+    t = p.ts_ns[data_o]
+    if tsval is None:
+        return t, np.zeros(t.shape[0], dtype=bool)
+    tv = tsval[data_o].astype(np.int64)
+    known = tv >= 0
+    gid = np.cumsum(first) - 1
+    # unwrap TSval per direction (32-bit ms counter), over the packets that carry it
+    ki = np.flatnonzero(known)
+    ms = np.zeros(t.shape[0], dtype=np.int64)
+    if ki.size:
+        kg = gid[ki]
+        kf = np.ones(ki.size, dtype=bool)
+        kf[1:] = kg[1:] != kg[:-1]
+        d = np.zeros(ki.size, dtype=np.int64)
+        d[1:] = signed32(tv[ki][1:] - tv[ki][:-1])
+        d[kf] = 0
+        cs = np.cumsum(d)
+        ms[ki] = tv[ki][group_start(kf)] + cs - cs[group_start(kf)]
+    diff = np.where(known, t - ms * 1_000_000, np.iinfo(np.int64).max)
+    ngroups = int(gid[-1]) + 1 if gid.size else 0
+    off = np.full(ngroups, np.iinfo(np.int64).max, dtype=np.int64)
+    np.minimum.at(off, gid, diff)
+    sent = np.where(known, np.minimum(t, ms * 1_000_000 + off[gid] + 1_000_000), t)
+    return sent, known
 
 
-def rto_events(p: Packets, *, rto_min_s: float = RTO_MIN_S, tolerance: float = TOLERANCE,
-               burst_s: float = BURST_S) -> RtoAnalysis:
+def rto_events(p: Packets, *, tsval: np.ndarray | None = None, rto_min_s: float = RTO_MIN_S,
+               tolerance: float = TOLERANCE, burst_s: float = BURST_S) -> RtoAnalysis:
     """Timeouts and tail loss probes of every flow direction of a sender-side capture.
 
     Use the capture of the sending host (its own interface): the rules (module docstring) read
-    the ACKs as the sender received them. rto_min_s: the kernel's minimum RTO (200 ms on Linux);
-    a timeout must come at least tolerance * rto_min_s after the ACK progress and the previous
-    copy of the segment; burst_s: sends closer than this are one burst (default 5 ms).
+    the ACKs as the sender received them. tsval: per packet, the TCP timestamp value (from
+    tcpopts.read_options(p).tsval; -1 where absent); with it the sender's own send times are
+    used and a retransmission that followed an ACK within burst_s (ACK-clocked) is no timeout;
+    without it the capture times (exact for a sender without a backlog in its own qdisc).
+    rto_min_s: the kernel's minimum RTO (200 ms on Linux); a timeout must come at least
+    tolerance * rto_min_s after the ACK progress and the previous copy of the segment; burst_s:
+    sends closer than this are one burst (default 5 ms).
     Returns an RtoAnalysis (per flow: events, timeouts, loss_probes, stall_s; totals; by_sender()).
     """
     if len(p) == 0:
         return RtoAnalysis(flows=[])
     d = directions(p)
     _base, seq_rel, ack_rel = seq_numbers(p, d)
-    rs = _reverse_state(p, d, ack_rel)
     length = seq_len(p)
     data_o = d.order[length[d.order] > 0]            # data packets, by direction, capture order
     if data_o.size == 0:
@@ -240,7 +243,7 @@ def rto_events(p: Packets, *, rto_min_s: float = RTO_MIN_S, tolerance: float = T
     fo = d.fid[data_o]
     first = group_first(fo)
     gid = np.cumsum(first) - 1
-    t = p.ts_ns[data_o]
+    t, kernel_time = _send_times(p, data_o, first, tsval)
     s = seq_rel[data_o]
     end = s + length[data_o]
     cm = _gcummax(end, gid)                           # snd_nxt after each send
@@ -249,19 +252,28 @@ def rto_events(p: Packets, *, rto_min_s: float = RTO_MIN_S, tolerance: float = T
     m = data_o.shape[0]
     last = np.ones(m, dtype=bool)
     last[:-1] = first[1:]
+    # ---- what the sender had received from the peer before each send (by time)
+    ev = _peer_events(p, d, ack_rel)
+    q = ev.lookup(fo, t)
+    q_next = np.empty_like(q)
+    q_next[:-1] = q[1:]
+    q_next[last] = -1
+    una = ev.get("una", q, _NEG)
+    t_adv = ev.get("t_adv", q, _NEVER)
+    n_ack = ev.get("n_ack", q, np.int64(0))
+    t_ack = ev.get("t_ack", q, _NEVER)
+    t_rev = ev.get("t", q, _NEVER)
+    dups = ev.get("dups", q, np.int64(0))
+    win = ev.get("win", q, np.int64(-1))
+    next_ack = ev.get("n_ack", q_next, np.int64(-1))
     prev_t = _shift(t, first, _NEVER)
     next_t = np.empty_like(t)
     next_t[:-1] = t[1:]
     next_t[last] = np.iinfo(np.int64).max
-    n_ack = rs["n_ack"][data_o]
-    prev_ack = _shift(n_ack, first, np.int64(-1))
-    next_ack = np.empty_like(n_ack)
-    next_ack[:-1] = n_ack[1:]
-    next_ack[last] = -1
     burst = int(burst_s * 1e9)
-    alone_before = (t - prev_t >= burst) | (n_ack > prev_ack)
     alone_after = last | (next_t - t >= burst) | (next_ack > n_ack)
-    single = alone_before & alone_after & (t - prev_t >= burst)
+    single = (t - prev_t >= burst) & alone_after
+    ack_clocked = kernel_time & (t - t_ack < burst)
     # previous copy of the same segment start; else the time snd_nxt first passed it
     o2 = np.lexsort((np.arange(m), s, fo))
     same = np.zeros(m, dtype=bool)
@@ -273,25 +285,21 @@ def rto_events(p: Packets, *, rto_min_s: float = RTO_MIN_S, tolerance: float = T
     j = np.minimum(j, m - 1)
     cover_t = np.where(fo[j] == fo, t[j], _NEVER)
     t_copy = np.where(px != _NEVER, px, cover_t)
-    una = rs["una"][data_o]
-    t_adv = rs["t_adv"][data_o]
     una_eff = np.where(una == _NEG, 0, una)
     head = s == una_eff
     tail = end == nxt_b
-    flags = p.flags[data_o]
-    syn = (flags & SYN) != 0
+    syn = (p.flags[data_o] & SYN) != 0
     thr = int(tolerance * rto_min_s * 1e9)
     waited = np.minimum(t - t_copy, np.where(t_adv == _NEVER, np.iinfo(np.int64).max, t - t_adv))
     # Open state: every earlier retransmission's recovery point acknowledged, no dup ACKs since
     rp = _gcummax(np.where(rtx, nxt_b, _NEG), gid)
     rp_b = _shift(rp, first, _NEG)
-    open_state = ((rp_b == _NEG) | (rp_b <= una_eff)) & (rs["dups"][data_o] == 0)
-    tlp = rtx & ~syn & single & tail & open_state
-    zero_win = rs["win"][data_o] == 0
-    rto = rtx & ~syn & ~tlp & head & single & (waited >= thr) & ~zero_win
-    syn_to = rtx & syn & (t - rs["t_rev"][data_o] >= burst) & (t - t_copy >= thr)
+    open_state = ((rp_b == _NEG) | (rp_b <= una_eff)) & (dups == 0)
+    tlp = rtx & ~syn & single & tail & open_state & ~ack_clocked
+    rto = rtx & ~syn & ~tlp & head & single & ~ack_clocked & (waited >= thr) & (win != 0)
+    syn_to = rtx & syn & (t - t_rev >= burst) & (t - t_copy >= thr)
     idle = t - np.maximum(prev_t, t_adv)
-    ev = np.flatnonzero(rto | tlp | syn_to)
+    hit = np.flatnonzero(rto | tlp | syn_to)
     # backoff: consecutive timeouts of the same segment with no ACK progress in between
     backoff = np.zeros(m, dtype=np.int64)
     to_idx = np.flatnonzero(rto | syn_to)
@@ -305,18 +313,18 @@ def rto_events(p: Packets, *, rto_min_s: float = RTO_MIN_S, tolerance: float = T
     # tshark-style relative sequence numbers: 0 at the SYN, 1 at the first byte without one
     first_pkt = d.order[d.starts[:-1]]
     rel_base = np.where((p.flags[first_pkt] & SYN) != 0, 0, -1)
-    flows: list[FlowRto] = []
     per: dict[int, list[int]] = {}
-    for k in ev.tolist():
+    for k in hit.tolist():
         per.setdefault(int(fo[k]), []).append(k)
+    flows: list[FlowRto] = []
     for fid in np.unique(fo).tolist():
         src, sport, dst, dport = d.keys[fid]
         events = []
         for k in per.get(fid, []):
             kind = "syn" if syn_to[k] else ("tlp" if tlp[k] else "rto")
-            events.append(RtoEvent(t=float(t[k]) / 1e9, frame=int(p.frame[data_o[k]]),
-                                   seq=int(s[k] - rel_base[fid]),
-                                   seq_raw=int(p.seq[data_o[k]]), kind=kind,
+            i = int(data_o[k])
+            events.append(RtoEvent(t=float(p.ts_ns[i]) / 1e9, frame=int(p.frame[i]),
+                                   seq=int(s[k] - rel_base[fid]), seq_raw=int(p.seq[i]), kind=kind,
                                    idle_s=round(float(idle[k]) / 1e9, 6) if prev_t[k] != _NEVER else 0.0,
                                    backoff=int(backoff[k])))
         to = [e for e in events if e.kind != "tlp"]
@@ -324,3 +332,65 @@ def rto_events(p: Packets, *, rto_min_s: float = RTO_MIN_S, tolerance: float = T
                              dport=dport, timeouts=len(to), loss_probes=len(events) - len(to),
                              stall_s=round(sum(e.idle_s for e in to), 6), events=events))
     return RtoAnalysis(flows=flows)
+
+
+@dataclass(frozen=True)
+class _PeerEvents:
+    """The packets each direction's sender received (those of the reverse direction), sorted by
+    (direction they answer, time), with the sender's knowledge after each: una, t_adv, n_ack,
+    dups, win, t_ack (time of the last ACK-carrying one), t."""
+
+    target: np.ndarray
+    key: np.ndarray
+    rank_t: np.ndarray
+    cols: dict[str, np.ndarray]
+
+    def lookup(self, fid: np.ndarray, t: np.ndarray) -> np.ndarray:
+        """Index of the last event answering direction fid[i] at or before t[i], else -1."""
+        if self.key.size == 0:
+            return np.full(fid.shape[0], -1, dtype=np.int64)
+        r = np.searchsorted(self.rank_t, t, side="right")  # events with time <= t have rank < r
+        m = np.int64(self.rank_t.shape[0] + 1)
+        j = np.searchsorted(self.key, fid.astype(np.int64) * m + r, side="left") - 1
+        ok = (j >= 0) & (self.target[np.maximum(j, 0)] == fid)
+        return np.where(ok, j, -1)
+
+    def get(self, name: str, j: np.ndarray, fill: np.int64) -> np.ndarray:
+        col = self.cols[name]
+        return np.where(j >= 0, col[np.maximum(j, 0)], fill) if col.size else np.full(j.shape[0], fill)
+
+
+def _peer_events(p: Packets, d: Directions, ack_rel: np.ndarray) -> _PeerEvents:
+    target_all = d.reverse[d.fid]
+    idx = np.flatnonzero(target_all >= 0)
+    tgt = target_all[idx]
+    ts = p.ts_ns[idx]
+    o = np.lexsort((idx, ts, tgt))
+    idx, tgt, ts = idx[o], tgt[o], ts[o]
+    first = group_first(tgt)
+    gstart = group_start(first) if idx.size else idx
+    gid = np.cumsum(first) - 1
+    ar = ack_rel[idx]
+    r = ar != NO_ACK
+    vals = np.where(r, ar, _NEG)
+    una = _gcummax(vals, gid)
+    prev = _shift(una, first, _NEG)
+    adv = r & (vals > prev)
+    ia = _ffill(adv, gstart)
+    t_adv = np.where(ia >= 0, ts[np.maximum(ia, 0)], _NEVER)
+    n_ack = np.cumsum(r)
+    n_ack = n_ack - (n_ack[gstart] - r[gstart]) if idx.size else n_ack
+    pure = (p.plen[idx] == 0) & ((p.flags[idx] & (SYN | FIN | RST)) == 0)
+    dup = r & pure & (vals == prev) & (prev != _NEG)
+    cd = np.cumsum(dup)
+    base_cd = cd[gstart] - dup[gstart] if idx.size else cd
+    dups = cd - np.where(ia >= 0, cd[np.maximum(ia, 0)], base_cd)
+    iw = _ffill(r, gstart)
+    win = np.where(iw >= 0, p.win[idx][np.maximum(iw, 0)].astype(np.int64), -1)
+    t_ack = np.where(iw >= 0, ts[np.maximum(iw, 0)], _NEVER)
+    rank_t = np.unique(ts)
+    m = np.int64(rank_t.shape[0] + 1)
+    key = tgt.astype(np.int64) * m + np.searchsorted(rank_t, ts, side="left")
+    return _PeerEvents(target=tgt, key=key, rank_t=rank_t,
+                       cols={"una": una, "t_adv": t_adv, "n_ack": n_ack, "dups": dups, "win": win,
+                             "t_ack": t_ack, "t": ts})
