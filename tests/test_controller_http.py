@@ -25,8 +25,9 @@ import pytest
 from controller.api import CLIENT_TIMEOUT
 from controller.launch import ControllerError, ControllerProcess
 from controller.main import parse_args
+from runmodel.config import ControllerOptions
+from runmodel.fabric import FabricSpec, build_plan
 from tests.waiting import wait_for
-from topologies.spec import FabricSpec, build_plan
 
 RESERVED_PORTS = {6653, 8080}  # the Mininet experiments on this machine use these
 VALID_GETS = ["/api/topology", "/api/ports", "/api/queues", "/api/timeseries?since=0", "/api/phase",
@@ -45,10 +46,15 @@ def free_port() -> int:
             return port
 
 
+def default_process() -> ControllerProcess:
+    """A ControllerProcess with every option left at its default (not started)."""
+    return ControllerProcess(build_plan(FabricSpec()), ControllerOptions(), Path("unused"))
+
+
 def start_controller(workdir: Path, api_host: str = "127.0.0.1", **kw: str) -> ControllerProcess:
     """The real controller process on free OpenFlow and API ports."""
-    ctl = ControllerProcess(build_plan(FabricSpec()), workdir, of_port=free_port(), api_port=free_port(),
-                            api_host=api_host, **kw)
+    options = ControllerOptions(of_port=free_port(), api_port=free_port(), api_host=api_host, **kw)
+    ctl = ControllerProcess(build_plan(FabricSpec()), options, workdir)
     ctl.start(timeout=20)
     return ctl
 
@@ -458,7 +464,7 @@ def connects(host: str, port: int) -> bool:
 
 def test_api_listens_on_loopback_only_by_default(ctl: ControllerProcess) -> None:
     assert parse_args(["--plan", "p.json"]).api_host == "127.0.0.1"
-    assert ControllerProcess({}, Path("unused")).api_host == "127.0.0.1"
+    assert default_process().api_host == "127.0.0.1"
     assert listen_addresses(ctl.api_port) == {"127.0.0.1"}
     other = other_local_address()
     if other is not None:
@@ -481,7 +487,7 @@ def test_api_host_all_addresses_only_when_asked(tmp_path: Path) -> None:
 
 def test_openflow_listens_on_loopback_only_by_default(ctl: ControllerProcess) -> None:
     assert parse_args(["--plan", "p.json"]).of_host == "127.0.0.1"
-    assert ControllerProcess({}, Path("unused")).of_host == "127.0.0.1"
+    assert default_process().of_host == "127.0.0.1"
     assert wait_for(lambda: listen_addresses(ctl.of_port), 10, "the OpenFlow listener") == {"127.0.0.1"}
     other = other_local_address()
     if other is not None:
@@ -505,8 +511,8 @@ def test_openflow_port_taken_is_refused_naming_the_address(tmp_path: Path, taken
         s.listen()
         port = s.getsockname()[1]
         plan = build_plan(FabricSpec())
-        (tmp_path / "plan.json").write_text(json.dumps(plan))
-        ctl = ControllerProcess(plan, tmp_path, of_port=port, api_port=free_port())
+        (tmp_path / "plan.json").write_text(json.dumps(plan.to_dict()))
+        ctl = ControllerProcess(plan, ControllerOptions(of_port=port, api_port=free_port()), tmp_path)
         with pytest.raises(ControllerError, match=f"OpenFlow port 127.0.0.1:{port} is already in use"):
             ctl.check_ports()
         done = subprocess.run([sys.executable, "-m", "controller.main", "--plan", str(tmp_path / "plan.json"),
