@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from incastlab.cleanup import find_leftovers
-from incastlab.runfolder import read_jsonl
+from runmodel.records import read_jsonl
 from tests.conftest import run_cli
 from tests.running import Running, assert_exit_130_soon, interrupt_at
 
