@@ -126,13 +126,14 @@ def connection_rows(path: str, flow: str, *, absolute: bool = False,
 
 
 def inspect_flow(path: str, flow: str, around: float | None = None, span: float = 0.05,
-                 out: TextIO = sys.stdout, *, absolute: bool = False, allow_truncated: bool = False) -> int:
+                 out: TextIO | None = None, *, absolute: bool = False, allow_truncated: bool = False) -> int:
     """Print the packets of the connection `flow` (both directions); returns how many were printed.
 
     around: seconds since the first packet of the capture; only packets within +-span are shown.
     absolute: raw sequence/ACK numbers instead of tshark's relative ones. allow_truncated: read
-    what precedes a cut record instead of failing.
+    what precedes a cut record instead of failing. out: where to print (default: sys.stdout).
     """
+    out = sys.stdout if out is None else out  # at call time: sys.stdout may have been replaced
     rows, scales = connection_rows(path, flow, absolute=absolute, allow_truncated=allow_truncated)
     if around is not None:
         rows = [r for r in rows if abs(float(r["t_rel"]) - around) <= span]  # type: ignore[arg-type]

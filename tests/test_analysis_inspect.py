@@ -1,0 +1,111 @@
+"""`incastlab inspect` (analysis/inspect.py): sequence/ACK numbers and windows exactly as tshark
+shows them (relative and absolute, scaled by the handshake or not), header, labels, options."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from analysis.cli import inspect_main
+from analysis.inspect import connection_rows
+from tests.test_analysis_trace import ACK, PSH, SYN, Trace, needs_tshark, tcp_options, tshark_fields
+
+FLOW = "10.0.0.2:40000-10.0.0.1:5000"
+
+
+def _conn(ws_a: int | None = 7, ws_b: int | None = 9, isn_a: int = 0xFFFFFF00, isn_b: int = 123456) -> Trace:
+    tr = Trace()
+    tr.fwd(0.0, isn_a, 0, SYN, win=64240, opts=tcp_options(mss=1460, wscale=ws_a, sack_ok=True))
+    tr.rev(0.001, isn_b, isn_a + 1, SYN | ACK, win=65160,
+           opts=tcp_options(mss=1460, wscale=ws_b, sack_ok=True))
+    tr.fwd(0.002, isn_a + 1, isn_b + 1, ACK, win=502)
+    seq = isn_a + 1
+    for k in range(6):  # crosses the 32-bit wrap of A's sequence numbers
+        tr.fwd(0.010 + 0.001 * k, seq, isn_b + 1, ACK | PSH, n=100, win=502)
+        seq += 100
+        if k % 2:
+            tr.rev(0.0105 + 0.001 * k, isn_b + 1, seq, ACK, win=300 + k)
+    for k in range(2):  # lost
+        tr.fwd(0.020 + 0.001 * k, seq + 100 * k, isn_b + 1, ACK | PSH, n=100, win=502)
+    tr.fwd(0.300, seq, isn_b + 1, ACK | PSH, n=100, win=502)  # their timeout
+    tr.rev(0.301, isn_b + 1, seq + 200, ACK, win=290)
+    return tr
+
+
+def _compare(f: Path, absolute: bool) -> tuple[int, tuple[int, int] | None]:
+    rows, scales = connection_rows(str(f), FLOW, absolute=absolute)
+    ours = {r["frame"]: (str(r["seq"]), "" if r["ack"] is None else str(r["ack"]), str(r["win"]))
+            for r in rows}
+    fields = ("tcp.seq_raw", "tcp.ack_raw") if absolute else ("tcp.seq", "tcp.ack")
+    theirs = {}
+    for fr, seq, ack, win, syn, ackf in tshark_fields(f, "frame.number", *fields, "tcp.window_size",
+                                                      "tcp.flags.syn", "tcp.flags.ack"):
+        theirs[int(fr)] = (seq, "" if syn == "1" and ackf == "0" else ack, win)
+    assert ours == theirs
+    return len(rows), scales
+
+
+@needs_tshark
+@pytest.mark.parametrize("absolute", [False, True])
+@pytest.mark.parametrize("ws", [(7, 9), (None, 9), (0, 14)])
+def test_numbers_and_windows_as_tshark_shows_them(tmp_path: Path, absolute: bool,
+                                                  ws: tuple[int | None, int | None]) -> None:
+    f = _conn(*ws).write(tmp_path / "c.pcap")
+    n, scales = _compare(f, absolute)
+    assert n == 16
+    assert scales == ((0, 0) if None in ws else ws)
+
+
+@needs_tshark
+@pytest.mark.parametrize("drop", [3, 4])
+def test_without_the_handshake(tmp_path: Path, drop: int) -> None:
+    """Mid-stream capture: tshark's bases (one less than the first sequence or ACK number seen),
+    raw windows; the text says they are unscaled."""
+    tr = _conn()
+    tr.rows = tr.rows[drop:]
+    f = tr.write(tmp_path / "mid.pcap")
+    _n, scales = _compare(f, absolute=False)
+    assert scales is None
+
+
+def test_text_output(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    f = str(_conn().write(tmp_path / "c.pcap"))
+    assert inspect_main([f, "--flow", FLOW]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert "window scale -> x128, <- x512" in lines[0] and "relative" in lines[1]
+    head = lines[2].split()
+    assert head == ["frame", "time", "dir", "flags", "seq", "ack", "len", "win", "what"]
+    syn = lines[3].split()
+    assert syn[:6] == ["1", "0.000000", "->", "S", "0", "0"] and syn[6] == "64240"  # no ack column
+    assert "RTO timeout" in lines[-2] and lines[-2].split()[4] == "601"
+    assert all(line == line.rstrip() for line in lines)
+    # around / span, absolute, a mid-stream capture, a cut file
+    assert inspect_main([f, "--flow", FLOW, "--around", "0.3", "--span", "0.0015", "--absolute"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert "absolute" in out[1] and len(out) == 5
+    assert out[3].split()[4] == str((0xFFFFFF00 + 601) & 0xFFFFFFFF)
+    tr = _conn()
+    tr.rows = tr.rows[3:]
+    mid = str(tr.write(tmp_path / "mid.pcap"))
+    assert inspect_main([mid, "--flow", FLOW]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert "unscaled" in out[0] and "win(unscaled)" in out[2]
+    data = Path(f).read_bytes()
+    Path(f).write_bytes(data[:-20])
+    assert inspect_main([f, "--flow", FLOW]) == 2
+    assert "truncated" in capsys.readouterr().err
+    assert inspect_main([f, "--flow", FLOW, "--allow-truncated"]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 3 + 15
+
+
+def test_errors_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    f = str(_conn().write(tmp_path / "c.pcap"))
+    for argv, msg in (([f, "--flow", "10.0.0.9:1-10.0.0.1:5000"], "no packets of flow"),
+                      ([f, "--flow", "nonsense"], "bad --flow"),
+                      ([f, "--flow", FLOW, "--around", "5"], "no packets of that flow in the --around"),
+                      ([f, "--flow", FLOW, "--span", "-1"], "--span must be >= 0"),
+                      ([f], "required")):
+        assert inspect_main(argv) == 2
+        err = capsys.readouterr().err
+        assert msg in err and err.count("\n") == 1 and "Traceback" not in err
