@@ -9,14 +9,15 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from runmodel.config import ExperimentConfig
+from runmodel.config import PS_FAMILY, ExperimentConfig
 from runmodel.fabric import Plan
 from runmodel.folder import RunFolder, StrategyFolder
-from runmodel.records import ControllerSeries, StepRecord, write_json
+from runmodel.records import ControllerSeries, QueueSample, StepRecord, write_json
 from runmodel.summary import CaptureTotals, RunSummary, StrategySummary
 
 
@@ -74,16 +75,19 @@ def counter_increase(series: dict[str, list[Any]], key: str, t0: float) -> dict[
     return out
 
 
-def network_figures(series: ControllerSeries, plan: Plan, t0: float, out: StrategySummary) -> None:
-    """Drops and bytes per link from the controller's samples."""
+def network_figures(series: ControllerSeries, plan: Plan, t0: float, out: StrategySummary,
+                    queue_max: dict[str, int] | None = None) -> None:
+    """Drops, bytes and utilisation per link from the controller's samples; the hot ports."""
     drops = counter_increase(series.queue_series(), "drops", t0)
     ports = series.port_series()
     tx = counter_increase(ports, "tx_bytes", t0)
     rx = counter_increase(ports, "rx_bytes", t0)
     by_link = dict(tx)
+    rate = {p.name: p.rate_mbit for p in plan.switch_ports()}
     for host in plan.hosts:  # host -> leaf direction, seen as the leaf port's rx
         if host.leaf_port in rx:
             by_link[host.nic] = rx[host.leaf_port]
+            rate[host.nic] = host.rate_mbit
     total = sum(by_link.values())
     out.ps_port = plan.ps_port.name
     out.queue_drops_total = int(sum(drops.values()))
@@ -94,6 +98,30 @@ def network_figures(series: ControllerSeries, plan: Plan, t0: float, out: Strate
     out.bytes_by_link = {k: int(v) for k, v in sorted(by_link.items())}
     out.max_link_share = round(max(by_link.values()) / total, 4) if total else 0.0
     out.busiest_link = max(by_link, key=lambda k: by_link[k]) if total else None
+    seconds = out.wall_time_s or 0.0
+    if seconds > 0 and by_link:
+        out.link_utilisation = {k: round(v * 8 / (rate[k] * 1e6 * seconds), 4)
+                                for k, v in sorted(by_link.items()) if k in rate}
+        out.busiest_link_utilisation = max(out.link_utilisation.values(), default=None)
+    if total:
+        top = max(by_link.values())
+        out.links_under_5pct_of_busiest = sum(1 for v in by_link.values() if v < 0.05 * top)
+    spreads = []
+    for leaf in (s.name for s in plan.switches if s.role == "leaf"):
+        up = [tx.get(p.name, 0.0) for p in plan.switch_ports() if p.switch == leaf and p.kind == "uplink"]
+        if len(up) > 1 and max(up) > 0:
+            spreads.append((max(up) - min(up)) / max(up))
+    out.ecmp_imbalance = round(max(spreads), 4) if spreads else None
+    kind = {p.name: p.kind for p in plan.switch_ports()}
+    busiest = sorted((k for k in tx if tx[k] > 0), key=lambda k: -tx[k])[:5]
+    dropping = sorted((k for k in drops if drops[k] > 0), key=lambda k: -drops[k])[:5]
+    hot = sorted(set(busiest) | set(dropping), key=lambda k: -tx.get(k, 0.0))
+    out.hot_ports = [{"port": k, "kind": kind.get(k, "?"), "tx_bytes": int(tx.get(k, 0)),
+                      "drops": int(drops.get(k, 0)),
+                      "utilisation": round(tx.get(k, 0) * 8 / (rate[k] * 1e6 * seconds), 4)
+                      if seconds else None,
+                      "max_backlog_packets": (queue_max or {}).get(k)} for k in hot]
+    out.worst_queue_port = dropping[0] if dropping else (busiest[0] if busiest else None)
 
 
 def _select(p: Any, mask: np.ndarray) -> Any:
@@ -103,16 +131,68 @@ def _select(p: Any, mask: np.ndarray) -> Any:
     return replace(p, **arrays)
 
 
-PCAP_COUNTS = ("tcp_retransmits_pcap", "tcp_fast_retransmits", "tcp_timeout_retransmits", "dup_acks",
-               "out_of_order", "zero_window", "fabric_drops_pcap", "drops_on_path_to_ps_pcap")
+PCAP_COUNTS = ("tcp_retransmits_pcap", "dupack_retransmits_pcap", "wireshark_fast_retransmits", "dup_acks",
+               "out_of_order", "zero_window", "fabric_drops_pcap", "drops_on_path_to_ps_pcap",
+               "tcp_timeouts_pcap", "tcp_loss_probes_pcap", "delivered_bytes")
 
 
-def pcap_figures(sf: StrategyFolder, plan: Plan, out: StrategySummary, bin_s: float = 0.1) -> None:
-    """Retransmissions, dup ACKs and fabric drops from the captures of one strategy."""
+def union_seconds(spans: list[tuple[float, float]]) -> float:
+    """Length of the union of [a, b] intervals."""
+    total, end = 0.0, float("-inf")
+    for a, b in sorted(spans):
+        if b <= end:
+            continue
+        total += b - max(a, end)
+        end = b
+    return total
+
+
+IDLE_GAP_S = 0.002  # a host link with no data packet for longer than this is idle
+
+
+def idle_spans(ts_ns: np.ndarray, gap_s: float = IDLE_GAP_S) -> list[tuple[float, float]]:
+    """Spans between consecutive packets (capture times, ns) longer than gap_s, in seconds."""
+    t = np.sort(ts_ns) / 1e9
+    if t.size < 2:
+        return []
+    gaps = np.flatnonzero(np.diff(t) > gap_s)
+    return [(float(t[i]), float(t[i + 1])) for i in gaps]
+
+
+def overlap_seconds(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> float:
+    """Length of the intersection of two unions of intervals."""
+    def merged(spans: list[tuple[float, float]]) -> list[tuple[float, float]]:
+        out: list[tuple[float, float]] = []
+        for x, y in sorted(spans):
+            if out and x <= out[-1][1]:
+                out[-1] = (out[-1][0], max(out[-1][1], y))
+            else:
+                out.append((x, y))
+        return out
+
+    ma, mb = merged(a), merged(b)
+    i = j = 0
+    total = 0.0
+    while i < len(ma) and j < len(mb):
+        lo, hi = max(ma[i][0], mb[j][0]), min(ma[i][1], mb[j][1])
+        total += max(0.0, hi - lo)
+        if ma[i][1] < mb[j][1]:
+            i += 1
+        else:
+            j += 1
+    return total
+
+
+def pcap_figures(sf: StrategyFolder, plan: Plan, out: StrategySummary, bin_s: float = 0.1,
+                 rto_min_s: float = 0.2, t0: float | None = None, bottleneck: str | None = None) -> None:
+    """Retransmissions, timeouts, dup ACKs, fabric drops and delivered bytes from the captures."""
     from analysis.errors import AnalysisError
     from analysis.fabric_loss import fabric_drops
-    from analysis.pcapfile import read_pcap, str_to_ip
-    from analysis.tcp import analyze, goodput_timeline
+    from analysis.goodput import delivered_bytes
+    from analysis.pcapfile import ip_to_str, read_pcap, str_to_ip
+    from analysis.rto import rto_events
+    from analysis.tcp import analyze
+    from analysis.tcpopts import read_options
 
     cap = sf.capture()
     points = {pt.name: pt for pt in (cap.points if cap else [])}
@@ -123,8 +203,12 @@ def pcap_figures(sf: StrategyFolder, plan: Plan, out: StrategySummary, bin_s: fl
     for key in PCAP_COUNTS:
         setattr(out, key, 0)
     ip_of = {h.name: str_to_ip(h.ip) for h in plan.hosts}
+    host_of = {h.ip: h.name for h in plan.hosts}
     hosts: dict[str, Any] = {}
     rtx_times: list[np.ndarray] = []
+    stalls: list[tuple[float, float]] = []
+    rto_rows: list[dict[str, Any]] = []
+    goodput: dict[str, Any] = {"bin_s": bin_s, "t0": t0, "by_receiver": {}, "flows_to_ps": {}}
     for name, pt in points.items():
         if name == "ps-port":
             continue
@@ -139,12 +223,33 @@ def pcap_figures(sf: StrategyFolder, plan: Plan, out: StrategySummary, bin_s: fl
         an = analyze(pk)  # both directions: the dup ACKs that explain a fast retransmit come back in
         c = an.counts(mine)
         out.tcp_retransmits_pcap += c["retransmits"]
-        out.tcp_fast_retransmits += c["fast_retransmits"]
-        out.tcp_timeout_retransmits += c["timeout_retransmits"]
+        out.dupack_retransmits_pcap += c["fast_retransmits"]
+        out.wireshark_fast_retransmits += c["wireshark_fast_retransmits"]
         out.dup_acks += c["dup_acks"]
         out.out_of_order += c["out_of_order"]
         out.zero_window += c["zero_window"]
         rtx_times.append(an.packets.ts_ns[an.retransmission_mask() & mine])
+        rto = rto_events(pk, tsval=read_options(pk).tsval, rto_min_s=rto_min_s)
+        for flow in rto.flows:
+            if flow.src != ip_to_str(ip_of[name]):
+                continue  # the timeouts of the flows this host sent (its own ACK view)
+            out.tcp_timeouts_pcap += flow.timeouts
+            out.tcp_loss_probes_pcap += flow.loss_probes
+            for ev in flow.events:
+                rto_rows.append({"t": ev.t, "host": name, "flow": flow.flow, "kind": ev.kind,
+                                 "idle_s": ev.idle_s})
+                if ev.kind != "tlp":
+                    stalls.append((ev.t - ev.idle_s, ev.t))
+        got = delivered_bytes(pk, bin_s=bin_s, t0=t0, receiver=ip_of[name])
+        mine_in: dict[str, Any] | None = got.by_receiver.get(ip_to_str(ip_of[name]))
+        if mine_in is not None:
+            out.delivered_bytes_by_receiver[name] = int(mine_in["bytes"])
+            goodput["by_receiver"][name] = {"bytes": int(mine_in["bytes"]),
+                                            "mbit_s": got.mbit_s(list(mine_in["series"]))}
+            goodput["t0"] = got.t0
+            if name == plan.ps_host:
+                for f in got.flows:
+                    goodput["flows_to_ps"][f"{host_of.get(f.src, f.src)}:{f.sport}"] = got.mbit_s(f.series)
     # fabric drops: a segment a host sent that the receiving host's capture never saw
     for rname, rpk in hosts.items():
         for sname, spk in hosts.items():
@@ -169,11 +274,15 @@ def pcap_figures(sf: StrategyFolder, plan: Plan, out: StrategySummary, bin_s: fl
                 if sel_s.any() and sel_r.any():
                     lost = fabric_drops(_select(spk, sel_s), _select(port_pk, sel_r))
                     out.drops_on_path_to_ps_pcap += int(lost["fabric_drops_pcap"])
-            if to_ps.any():
-                write_json(sf.path / "goodput_timeline.json",
-                           goodput_timeline(analyze(_select(port_pk, to_ps)), bin_s=bin_s))
         except AnalysisError:
             pass
+    out.delivered_bytes = sum(out.delivered_bytes_by_receiver.values())
+    out.timeout_stall_s = round(union_seconds(stalls), 3)
+    if bottleneck in hosts:
+        pk = hosts[bottleneck]
+        out.timeout_idle_s = round(overlap_seconds(idle_spans(pk.ts_ns[pk.plen > 0]), stalls), 3)
+    write_json(sf.path / "goodput_timeline.json", goodput)
+    write_json(sf.path / "rto_events.json", {"events": sorted(rto_rows, key=lambda r: r["t"])})
     if rtx_times:
         times = np.concatenate(rtx_times)
         starts = [int(pk.ts_ns.min()) for pk in hosts.values() if pk.ts_ns.size]
@@ -208,8 +317,49 @@ def ps_figures(sf: StrategyFolder, out: StrategySummary) -> None:
     out.discarded_per_step = [len(e.discarded) for e in events if isinstance(e, PsStep)]
 
 
-def summarize_strategy(sf: StrategyFolder, cfg: ExperimentConfig, plan: Plan) -> StrategySummary:
+KERNEL_COUNTERS = {"tcp_timeouts_kernel": "TcpExtTCPTimeouts",
+                   "tcp_loss_probes_kernel": "TcpExtTCPLossProbes",
+                   "tcp_fast_retrans_kernel": "TcpExtTCPFastRetrans",
+                   "tcp_spurious_rtos_kernel": "TcpExtTCPSpuriousRTOs"}
+
+
+def dequeue_check(sf: StrategyFolder, plan: Plan, out: StrategySummary,
+                  queue: list[QueueSample]) -> dict[str, Any]:
+    """Pace of the strategy's worst host port while backlogged, from its receiver's own capture."""
+    from analysis.dequeue import QueueSamples, dequeue_gaps
+    from analysis.errors import AnalysisError
+    from analysis.pcapfile import read_pcap
+
+    ports = {p.name: p for p in plan.switch_ports() if p.kind == "host"}
+    candidates = [h["port"] for h in sorted(out.hot_ports, key=lambda h: (-h["drops"], -h["tx_bytes"]))
+                  if h["port"] in ports]
+    cap = sf.capture()
+    for name in candidates:
+        host = ports[name].peer
+        point = cap.point(host) if cap else None
+        samples = [q for q in queue if q.port == name or (not q.port and name == plan.ps_port.name)]
+        if point is None or not samples:
+            continue
+        try:
+            pk = read_pcap(str(sf.path / point.file), allow_truncated=True, require_tcp=False)
+        except AnalysisError:
+            continue
+        qs = QueueSamples(t=np.array([q.t for q in samples]), backlog_packets=np.array([q.backlog_packets
+                                                                                        for q in samples]))
+        gaps = dequeue_gaps(pk, qs, plan.host(host).rate_mbit * 1e6, receiver=plan.host(host).ip)
+        if gaps.gaps:
+            write_json(sf.path / "dequeue.json", {"port": name, **gaps.to_dict()})
+            return {"dequeue_port": name, "dequeue_gap_median_over_ideal": gaps.median_ratio,
+                    "dequeue_gaps": gaps.gaps}
+    return {"dequeue_port": None, "dequeue_gap_median_over_ideal": None, "dequeue_gaps": 0}
+
+
+def summarize_strategy(sf: StrategyFolder, cfg: ExperimentConfig, plan: Plan,
+                       rto_min_s: float = 0.2) -> StrategySummary:
     """Every figure of one strategy."""
+    from analysis.bounds import comm_bound_s, comm_split
+    from analysis.fidelity import cpu_figures, unexplained_loss_share, verdict
+
     out = StrategySummary(grad_bytes=cfg.grad_bytes)
     if not sf.exists:
         return out
@@ -218,31 +368,62 @@ def summarize_strategy(sf: StrategyFolder, cfg: ExperimentConfig, plan: Plan) ->
     out.error = status.error if status else "status.json missing"
     if out.state == "running":  # a run killed before it could say how the strategy ended
         out.state = "incomplete"
+    t_start = float(status.t_start or 0.0) if status else 0.0
     logs = {r: wl.steps for r, wl in sf.worker_logs().items()}
     worker_figures(logs, out)
-    network_figures(sf.controller_series(), plan, float(status.t_start or 0.0) if status else 0.0, out)
+    queue = sf.queue_samples()
+    queue_max: dict[str, int] = {}
+    for q in queue:
+        name = q.port or plan.ps_port.name
+        queue_max[name] = max(queue_max.get(name, 0), q.backlog_packets)
+    network_figures(sf.controller_series(), plan, t_start, out, queue_max)
     hosts = sf.hosts()
     if hosts is not None:
         out.tcp_retransmits_kernel = sum(h.tcp_retransmits for h in hosts.values())
+        for key, counter in KERNEL_COUNTERS.items():
+            setattr(out, key, sum(h.counter(counter) for h in hosts.values()))
+    ports = {p.name: p for p in plan.switch_ports()}
+    worst = ports.get(out.worst_queue_port or "")
+    behind_worst = worst.peer if worst and worst.kind == "host" else None
+    bottleneck = plan.ps_host if sf.name in PS_FAMILY else behind_worst
     try:
-        pcap_figures(sf, plan, out)
+        pcap_figures(sf, plan, out, rto_min_s=rto_min_s, t0=t_start or None, bottleneck=bottleneck)
     except Exception as exc:  # noqa: BLE001 - a broken capture must not lose the other figures
         out.pcap_error = f"{type(exc).__name__}: {exc}"
         out.capture_complete = False
     ps_figures(sf, out)
+    if out.steps:
+        slowest = min(plan.host(h).rate_mbit for h in cfg.worker_hosts)
+        if sf.name in PS_FAMILY:
+            slowest = min(slowest, plan.host(cfg.fabric.ps_host).rate_mbit)
+        out.bound_s = round(comm_bound_s(sf.name, out.workers, cfg.grad_bytes, slowest), 4)
+        if out.comm_time_s is not None:
+            out.comm_split = comm_split(out.comm_time_s, out.bound_s, out.timeout_idle_s or 0.0, out.steps)
+    checks: dict[str, Any] = {"unexplained_loss_share": unexplained_loss_share(out.fabric_drops_pcap,
+                                                                                out.queue_drops_total)}
+    try:
+        checks.update(dequeue_check(sf, plan, out, queue))
+    except Exception as exc:  # noqa: BLE001 - a figure missing is said, not fatal
+        checks.update({"dequeue_port": None, "dequeue_gap_median_over_ideal": None,
+                       "dequeue_error": f"{type(exc).__name__}: {exc}"})
+    if status and status.t_start and status.t_end:
+        checks.update(cpu_figures(sf.cpu_samples(), status.t_start, status.t_end))
+    out.fidelity = verdict(checks)
     return out
 
 
 def summarize(run_dir: Any) -> RunSummary:
     """Compute and write summary.json for a run folder; returns it."""
-    folder = RunFolder(run_dir) if not isinstance(run_dir, RunFolder) else run_dir
+    folder = run_dir if isinstance(run_dir, RunFolder) else RunFolder(Path(run_dir))
     cfg = folder.config()
     plan = folder.plan()
     strategies: dict[str, StrategySummary] = {}
     totals = CaptureTotals(enabled=cfg.capture != "none", complete=cfg.capture != "none")
+    env = (folder.config_doc() or {}).get("environment") or {}
+    rto_min_s = float(env.get("rto_min_ms") or 200.0) / 1000.0
     for name in cfg.strategies:
         sf = folder.strategy(name)
-        fig = summarize_strategy(sf, cfg, plan)
+        fig = summarize_strategy(sf, cfg, plan, rto_min_s)
         strategies[name] = fig
         cap = sf.capture()
         for pt in cap.points if cap else []:
@@ -252,8 +433,11 @@ def summarize(run_dir: Any) -> RunSummary:
                 totals.incomplete_points.append(f"{name}/{pt.name}")
         if sf.exists:
             totals.complete &= fig.capture_complete or cfg.capture == "none"
+    from analysis.fidelity import run_verdict
+
     summary = RunSummary(config=folder.config_doc() or cfg.to_dict(), strategies=strategies, capture=totals,
-                         complete=all(s.state == "complete" for s in strategies.values()))
+                         complete=all(s.state == "complete" for s in strategies.values()),
+                         fidelity=run_verdict({k: v.fidelity for k, v in strategies.items()}))
     write_json(folder.summary_file, summary.to_dict())
     return summary
 
@@ -265,8 +449,9 @@ def comparison_table(summary: RunSummary) -> str:
             ("queue_drops_total", "fabric drops", "{:d}"),
             ("tcp_retransmits_kernel", "retx (kernel)", "{:d}"),
             ("tcp_retransmits_pcap", "retx (pcap)", "{:d}"),
-            ("tcp_timeout_retransmits", "retx timeout", "{:d}"),
-            ("max_link_share", "max link share", "{:.1%}")]
+            ("tcp_timeouts_kernel", "RTOs (kernel)", "{:d}"),
+            ("tcp_timeouts_pcap", "RTOs (pcap)", "{:d}"),
+            ("busiest_link_utilisation", "busiest link", "{:.0%}")]
     head = f"{'strategy':<10}" + "".join(f"{c[1]:>15}" for c in cols)
     rows = [head, "-" * len(head)]
     for name, fig in summary.strategies.items():

@@ -1,4 +1,4 @@
-"""Queue-depth sampler: the backlog and drops of one tc class, every 10 ms, as JSON lines.
+"""Queue-depth sampler: the backlog and drops of switch port queues, every 10 ms, as JSON lines.
 
 Why rtnetlink and not `tc`: forking tc 100 times a second costs a core on a 2-core machine, while
 one RTM_GETTCLASS dump on an open netlink socket costs microseconds. If netlink cannot be used, one
@@ -164,6 +164,76 @@ class NetlinkBackend:
         self.sock.close()
 
 
+RTM_GETQDISC = 38
+TC_H_ROOT = 0xFFFFFFFF
+
+
+class QdiscDumpBackend:
+    """Every port's root qdisc at once: one RTM_GETQDISC dump over all interfaces.
+
+    OVS's linux-htb QoS puts the port's queue under an HTB root qdisc, whose counters are the sum
+    over its classes (backlog, drops, packets): with one class per port, the port's queue. One
+    dump a tick costs the same however many ports are watched.
+    """
+
+    name = "netlink-qdisc"
+
+    def __init__(self, ifindexes: dict[int, str]) -> None:
+        self.ifindexes = ifindexes
+        self.seq = 0
+        self.sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW | socket.SOCK_CLOEXEC,
+                                  socket.NETLINK_ROUTE)
+        try:
+            self.sock.bind((0, 0))
+            self.sock.settimeout(2.0)
+        except OSError:
+            self.sock.close()
+            raise
+
+    def read_all(self) -> dict[str, ClassStats]:
+        """Root-qdisc stats of the watched interfaces (an interface that is gone is left out)."""
+        self.seq += 1
+        body = _TCMSG.pack(socket.AF_UNSPEC, 0, 0, 0, 0)
+        head = _NLMSGHDR.pack(_NLMSGHDR.size + len(body), RTM_GETQDISC, NLM_F_REQUEST | NLM_F_DUMP,
+                              self.seq, 0)
+        try:
+            self.sock.send(head + body)
+        except OSError as exc:
+            raise BackendError(f"netlink send: {exc}") from exc
+        found: dict[str, ClassStats] = {}
+        while True:
+            try:
+                buf = self.sock.recv(1 << 20)
+            except OSError as exc:
+                raise BackendError(f"netlink recv: {exc}") from exc
+            off = 0
+            while off + _NLMSGHDR.size <= len(buf):
+                length, kind, _flags, seq, _pid = _NLMSGHDR.unpack_from(buf, off)
+                if length < _NLMSGHDR.size:
+                    raise BackendError("netlink: malformed message")
+                msg = buf[off + _NLMSGHDR.size:off + length]
+                off += (length + 3) & ~3
+                if seq != self.seq:
+                    continue
+                if kind == NLMSG_DONE:
+                    return found
+                if kind == NLMSG_ERROR:
+                    errno = -struct.unpack_from("=i", msg)[0]
+                    if errno:
+                        raise BackendError(f"netlink: {os.strerror(errno)}")
+                    continue
+                if len(msg) >= _TCMSG.size:
+                    _fam, ifindex, _handle, parent, _info = _TCMSG.unpack_from(msg)
+                    name = self.ifindexes.get(ifindex)
+                    if name is not None and parent == TC_H_ROOT:
+                        stats = parse_tclass_stats(msg)
+                        if stats is not None:
+                            found[name] = stats
+
+    def close(self) -> None:
+        self.sock.close()
+
+
 def parse_tc_class_block(lines: list[str]) -> ClassStats | None:
     """ClassStats from `tc -s class show` lines of one class (the 'Sent' and 'backlog' lines)."""
     sent = backlog = None
@@ -254,61 +324,110 @@ class TcBatchBackend:
             self.proc.stdout.close()
 
 
-class QueueSampler:
-    """Background thread appending one JSON line per sample of a class's backlog and drops to `out`.
+class _OnePort:
+    """A single-class backend seen as a many-port one: {iface: stats}."""
 
-    Lines are flushed as they are written, so a crashed run keeps what it sampled. `backend` is
-    "auto" (netlink, else tc batch), "netlink" or "tc".
+    def __init__(self, iface: str, backend: _Backend) -> None:
+        self.iface = iface
+        self.backend = backend
+        self.name = backend.name
+
+    def read_all(self) -> dict[str, ClassStats]:
+        stats = self.backend.read()
+        return {} if stats is None else {self.iface: stats}
+
+    def close(self) -> None:
+        self.backend.close()
+
+
+@dataclass
+class _PortState:
+    """Running account of one port's samples."""
+
+    first: ClassStats
+    last: ClassStats
+    written: ClassStats | None = None
+    max_bytes: int = 0
+    max_packets: int = 0
+
+
+class QueueSampler:
+    """Background thread appending one JSON line per port and sample (runmodel QueueSample) to `out`.
+
+    One interface: its tc class `classid`, by netlink (or a long-lived `tc -batch`, backend "tc").
+    Several interfaces (`ifaces` a list): every port's root qdisc from one netlink dump per tick,
+    and a line only when a port's counters changed since its last line (an idle port writes none),
+    so that sampling every switch port every 10 ms stays cheap. Lines are flushed as they are
+    written, so a crashed run keeps what it sampled.
     """
 
-    def __init__(self, iface: str, out: Path, interval: float = 0.01, classid: str = "1:1",
+    def __init__(self, ifaces: str | list[str], out: Path, interval: float = 0.01, classid: str = "1:1",
                  backend: str = "auto") -> None:
         if backend not in ("auto", "netlink", "tc"):
             raise ValueError(f"backend must be auto, netlink or tc, not {backend!r}")
-        self.iface = iface
+        self.ifaces = [ifaces] if isinstance(ifaces, str) else list(ifaces)
+        if not self.ifaces:
+            raise ValueError("queue sampler: no interface to sample")
+        self.iface = self.ifaces[0]
+        self.many = not isinstance(ifaces, str)
         self.out = out
         self.interval = interval
         self.classid = classid
         self.backend_choice = backend
-        self._backend: _Backend | None = None
+        self._backend: QdiscDumpBackend | _OnePort | None = None
         self._file: IO[str] | None = None
         self._thread: threading.Thread | None = None
         self._halt = threading.Event()
         self._lock = threading.Lock()
         self._times: list[float] = []
-        self._first: ClassStats | None = None
-        self._last: ClassStats | None = None
-        self._max_bytes = 0
-        self._max_packets = 0
+        self._ports: dict[str, _PortState] = {}
         self.error: str | None = None
         self._summary: dict[str, Any] | None = None
 
-    def _open_backend(self) -> _Backend:
-        """The first backend that can read the class; QueueSamplerError if the class is absent."""
-        try:
-            ifindex = socket.if_nametoindex(self.iface)
-        except OSError as exc:
-            raise QueueSamplerError(f"queue sampler: no interface {self.iface!r} in this namespace") from exc
+    def _ifindexes(self) -> dict[int, str]:
+        out = {}
+        for name in self.ifaces:
+            try:
+                out[socket.if_nametoindex(name)] = name
+            except OSError as exc:
+                raise QueueSamplerError(f"queue sampler: no interface {name!r} in this namespace") from exc
+        return out
+
+    def _open_backend(self) -> QdiscDumpBackend | _OnePort:
+        """The first backend that can read the port(s); QueueSamplerError if they are absent."""
+        ifindexes = self._ifindexes()
+        if self.many:
+            try:
+                dump = QdiscDumpBackend(ifindexes)
+                stats = dump.read_all()
+            except (OSError, ValueError, struct.error) as exc:
+                raise QueueSamplerError(f"queue sampler: netlink qdisc dump failed ({exc})") from exc
+            missing = [n for n in self.ifaces if n not in stats]
+            if missing:
+                dump.close()
+                raise QueueSamplerError(f"queue sampler: no root qdisc on {', '.join(missing[:3])}")
+            self._record(stats, force=True)
+            return dump
         tried = []
         kinds = {"auto": ["netlink", "tc"], "netlink": ["netlink"], "tc": ["tc"]}[self.backend_choice]
         for kind in kinds:
             backend: _Backend | None = None
             try:
                 if kind == "netlink":
-                    backend = NetlinkBackend(ifindex, parse_classid(self.classid))
+                    backend = NetlinkBackend(next(iter(ifindexes)), parse_classid(self.classid))
                 else:
                     backend = TcBatchBackend(self.iface, self.classid)
-                stats = backend.read()
+                stats1 = backend.read()
             except (OSError, ValueError, struct.error) as exc:
                 if backend is not None:
                     backend.close()
                 tried.append(f"{kind}: {exc}")
                 continue
-            if stats is None:
+            if stats1 is None:
                 backend.close()
                 raise QueueSamplerError(f"queue sampler: no tc class {self.classid} on {self.iface}")
-            self._record(stats)
-            return backend
+            self._record({self.iface: stats1}, force=True)
+            return _OnePort(self.iface, backend)
         raise QueueSamplerError(f"queue sampler on {self.iface}: no backend works ({'; '.join(tried)})")
 
     def start(self) -> None:
@@ -328,37 +447,42 @@ class QueueSampler:
 
     @property
     def backend(self) -> str | None:
-        """Which backend is in use ('netlink' or 'tc-batch'), once started."""
+        """Which backend is in use ('netlink', 'tc-batch' or 'netlink-qdisc'), once started."""
         return self._backend.name if self._backend is not None else None
 
-    def _record(self, stats: ClassStats) -> None:
-        """Append one sample line and update the running summary."""
+    def _record(self, stats: dict[str, ClassStats], force: bool = False) -> None:
+        """Append the sample's lines and update the running account (force: every port, changed or not)."""
         t = time.time()
         assert self._file is not None
-        sample = QueueSample(t=round(t, 6), backlog_bytes=stats.backlog_bytes,
-                             backlog_packets=stats.backlog_packets, drops=stats.drops,
-                             sent_packets=stats.sent_packets, port=self.iface)
-        self._file.write(json.dumps(sample.to_dict()) + "\n")
+        for name, st in stats.items():
+            ps = self._ports.get(name)
+            if ps is None:
+                ps = self._ports[name] = _PortState(first=st, last=st)
+            ps.last = st
+            ps.max_bytes = max(ps.max_bytes, st.backlog_bytes)
+            ps.max_packets = max(ps.max_packets, st.backlog_packets)
+            if self.many and not force and ps.written == st:
+                continue
+            ps.written = st
+            sample = QueueSample(t=round(t, 6), backlog_bytes=st.backlog_bytes,
+                                 backlog_packets=st.backlog_packets, drops=st.drops,
+                                 sent_packets=st.sent_packets, port=name)
+            self._file.write(json.dumps(sample.to_dict()) + "\n")
         self._file.flush()
         self._times.append(t)
-        if self._first is None:
-            self._first = stats
-        self._last = stats
-        self._max_bytes = max(self._max_bytes, stats.backlog_bytes)
-        self._max_packets = max(self._max_packets, stats.backlog_packets)
 
-    def _sample_once(self) -> bool:
+    def _sample_once(self, force: bool = False) -> bool:
         """One sample; False (with self.error set) when sampling must end."""
         assert self._backend is not None
         try:
-            stats = self._backend.read()
+            stats = self._backend.read_all()
         except (OSError, ValueError, struct.error) as exc:
             self.error = f"{self._backend.name}: {exc}"
             return False
-        if stats is None:
+        if not stats:
             self.error = f"tc class {self.classid} on {self.iface} disappeared"
             return False
-        self._record(stats)
+        self._record(stats, force=force)
         return True
 
     def _loop(self) -> None:
@@ -374,7 +498,7 @@ class QueueSampler:
                 next_t = now + self.interval
 
     def stop(self) -> dict[str, Any]:
-        """End sampling with one last sample, close everything, and return the summary."""
+        """End sampling with one last sample (every port), close everything, and return the summary."""
         if self._summary is not None:
             return self._summary
         if self._thread is not None:
@@ -382,21 +506,25 @@ class QueueSampler:
             self._thread.join()
             with self._lock:
                 if self.error is None:
-                    self._sample_once()  # the counters as they are at the end of the run
+                    self._sample_once(force=True)  # the counters as they are at the end of the run
         if self._backend is not None:
             self._backend.close()
         if self._file is not None:
             self._file.close()
         gaps = [b - a for a, b in zip(self._times, self._times[1:], strict=False)]
+        first = self._ports.get(self.iface)
         self._summary = {
             "samples": len(self._times),
-            "max_backlog_packets": self._max_packets,
-            "max_backlog_bytes": self._max_bytes,
-            "drops_delta": (self._last.drops - self._first.drops) if self._first and self._last else 0,
+            "max_backlog_packets": first.max_packets if first else 0,
+            "max_backlog_bytes": first.max_bytes if first else 0,
+            "drops_delta": (first.last.drops - first.first.drops) if first else 0,
             "interval_s_median": round(statistics.median(gaps), 6) if gaps else None,
             "interval_s_max": round(max(gaps), 6) if gaps else None,
             "backend": self.backend,
             "error": self.error,
+            "ports": {name: {"max_backlog_packets": ps.max_packets, "max_backlog_bytes": ps.max_bytes,
+                             "drops_delta": ps.last.drops - ps.first.drops}
+                      for name, ps in sorted(self._ports.items())},
         }
         return self._summary
 

@@ -193,7 +193,7 @@ def finish(run_dir: Path, error: str | None) -> None:
         say(f"summary failed: {type(exc).__name__}: {exc} (rebuild with `incastlab report {run_dir}`)")
         return
     try:
-        from analysis.report import build_report
+        from report import build_report
 
         say("report: building")
         built = build_report(run_dir)
@@ -204,7 +204,7 @@ def finish(run_dir: Path, error: str | None) -> None:
 
 def cmd_report(args: argparse.Namespace) -> int:
     """Rebuild report.html/.md and figures of a saved run (and its summary if it has none)."""
-    from analysis.report import build_report
+    from report import build_report
 
     result = build_report(Path(args.run))
     print(result["files"]["html"])

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from capture.cpu import CpuSampler
 from capture.pcap import CapturePoint, PcapCapture
 from capture.queue_depth import QueueSampler
 from runmodel.config import ExperimentConfig
@@ -78,6 +79,7 @@ class Recorder:
         self.say = say
         self.captures: PcapCapture | None = None
         self.sampler: QueueSampler | None = None
+        self.cpu: CpuSampler | None = None
         self.before: dict[str, HostCounters] = {}
 
     def _counters(self) -> dict[str, HostCounters]:
@@ -87,9 +89,12 @@ class Recorder:
         """Kernel counters before; the PS-port queue sampler; tcpdump on the capture points."""
         self.before = self._counters()
         ps_port = self.s.plan.ps_port.name
-        self.sampler = QueueSampler(ps_port, self.folder.queue_depth_file,
+        ports = [ps_port] + sorted(p.name for p in self.s.plan.switch_ports() if p.name != ps_port)
+        self.sampler = QueueSampler(ports, self.folder.queue_depth_file,
                                     interval=self.cfg.queue_sample_ms / 1000.0)
         self.sampler.start()
+        self.cpu = CpuSampler(self.folder.cpu_file)
+        self.cpu.start()
         if self.cfg.capture == "none":
             return
         self.folder.pcap_dir.mkdir(parents=True, exist_ok=True)
@@ -104,6 +109,9 @@ class Recorder:
     def stop(self, t_start: float, t_end: float) -> None:
         """Everything measured into the folder; each part on its own, so one failure loses no other."""
         self._wait_final_poll(t_end)
+        if self.cpu is not None:
+            self.cpu.stop()
+            self.cpu = None
         try:
             after = self._counters()
             write_json(self.folder.hosts_file, {h: counter_deltas(self.before[h], after[h]).to_dict()

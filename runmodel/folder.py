@@ -19,6 +19,7 @@ from runmodel.fabric import Plan
 from runmodel.records import (
     CaptureReport,
     ControllerSeries,
+    CpuSample,
     FaultRecord,
     HostCounters,
     PsEvent,
@@ -26,6 +27,7 @@ from runmodel.records import (
     Status,
     WorkerLog,
     parse_controller_rows,
+    read_cpu_samples,
     read_faults,
     read_hosts,
     read_json,
@@ -67,6 +69,7 @@ class StrategyFolder:
     pcap_dir = property(lambda self: self.path / "pcap", doc="one pcap per capture point")
     hosts_file = property(lambda self: self.path / "hosts.json", doc="kernel counters per host")
     faults_file = property(lambda self: self.path / "faults.jsonl", doc="faults as they fired")
+    cpu_file = property(lambda self: self.path / "cpu.jsonl", doc="CPU busy per core and of the switch")
 
     def pcap(self, point: str) -> Path:
         """pcap/<point>.pcap."""
@@ -119,6 +122,10 @@ class StrategyFolder:
     def faults(self, problems: list[str] | None = None) -> list[FaultRecord]:
         """faults.jsonl."""
         return read_faults(self.faults_file, problems)
+
+    def cpu_samples(self, problems: list[str] | None = None) -> list[CpuSample]:
+        """cpu.jsonl."""
+        return read_cpu_samples(self.cpu_file, problems)
 
 
 @dataclass

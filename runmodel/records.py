@@ -518,3 +518,28 @@ def read_faults(path: Path, problems: list[str] | None = None) -> list[FaultReco
         except TypeError:
             continue
     return sorted(out, key=lambda f: f.t)
+
+
+# -- cpu.jsonl ------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class CpuSample:
+    """One second of the machine: each core's busy share, and the software switch's share of a core."""
+
+    t: float
+    cores: list[float]  # 0..1 per core
+    switch: float | None  # ovs-vswitchd's CPU time / wall time (None when it was not found)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The log line."""
+        return asdict(self)
+
+
+def read_cpu_samples(path: Path, problems: list[str] | None = None) -> list[CpuSample]:
+    """CPU samples in time order."""
+    out = []
+    for row in read_jsonl(path, problems):
+        try:
+            out.append(_known(CpuSample, row))
+        except TypeError:
+            continue
+    return sorted(out, key=lambda c: c.t)

@@ -75,15 +75,33 @@ class StrategySummary:
     busiest_link: str | None = metric("the link direction with the most bytes", source=C)
     tcp_retransmits_kernel: int | None = metric("sum over hosts of TcpRetransSegs: segments TCP sent again",
                                                 source=K)
+    tcp_timeouts_kernel: int | None = metric("sum over hosts of TcpExtTCPTimeouts: retransmission timer "
+                                             "expiries (RTOs, SYN timeouts included)", source=K)
+    tcp_loss_probes_kernel: int | None = metric("sum over hosts of TcpExtTCPLossProbes: tail-loss probes "
+                                                "sent", source=K)
+    tcp_fast_retrans_kernel: int | None = metric("sum over hosts of TcpExtTCPFastRetrans: segments sent "
+                                                 "again by fast recovery", source=K)
+    tcp_spurious_rtos_kernel: int | None = metric("sum over hosts of TcpExtTCPSpuriousRTOs: timeouts the "
+                                                  "kernel found were not needed", source=K)
     tcp_retransmits_pcap: int | None = metric(
         "retransmissions in the hosts' own captures, as tshark's tcp.analysis.retransmission counts them "
         "(the segments each host sent)", source=P)
-    tcp_fast_retransmits: int | None = metric(
+    dupack_retransmits_pcap: int | None = metric(
         "retransmitted segments sent while the receiver repeated an ACK (>= 2 dup ACKs in its current run) "
         "or that tshark calls fast retransmissions: loss repaired without waiting for a timer", source=P)
-    tcp_timeout_retransmits: int | None = metric(
-        "tcp_retransmits_pcap - tcp_fast_retransmits: retransmitted segments without dup-ACK evidence "
-        "(RTO, its go-back-N followers, tail-loss probes); segments, not timeouts", source=P)
+    wireshark_fast_retransmits: int | None = metric(
+        "retransmissions tshark's tcp.analysis.fast_retransmission matches (its own, narrower rule)",
+        source=P)
+    tcp_timeouts_pcap: int | None = metric(
+        "retransmission timeouts seen in the senders' captures: a retransmission after >= 0.75 x the "
+        "minimum RTO without ACK progress (SYN timeouts included, tail-loss probes not); events, not "
+        "segments (analysis/rto.py)", source=P)
+    tcp_loss_probes_pcap: int | None = metric(
+        "tail-loss probes seen in the senders' captures (only those that resent data: a probe that sends "
+        "new data is no retransmission, so the kernel's count is higher)", source=P)
+    timeout_stall_s: float | None = metric(
+        "wall-clock seconds during which at least one flow sat in a retransmission timeout (union over "
+        "flows of each timeout's idle time)", source=P)
     dup_acks: int | None = metric("duplicate ACKs the hosts sent (tshark tcp.analysis.duplicate_ack)",
                                   source=P)
     out_of_order: int | None = metric("segments tshark calls out-of-order", source=P)
@@ -97,6 +115,50 @@ class StrategySummary:
                                     source="capture.json")
     captures: int = metric("capture points of the strategy", 0, source="capture.json")
     pcap_error: str | None = metric("why the pcaps could not be read, if they could not", source=P)
+    delivered_bytes_by_receiver: dict[str, int] = metric(
+        "per receiving host, the unique payload bytes that reached it (each byte once, at its first "
+        "arrival, retransmissions that repaired a loss included), from its own capture", factory=dict,
+        source=P)
+    delivered_bytes: int | None = metric("sum of delivered_bytes_by_receiver", source=P)
+    hot_ports: list[dict[str, Any]] = metric(
+        "the strategy's busiest and most-dropping switch ports, busiest first: port, kind (uplink or host), "
+        "tx_bytes, drops, utilisation (tx bytes x 8 / (rate x training time)), max_backlog_packets",
+        factory=list, source=C + ", queue_depth.jsonl")
+    worst_queue_port: str | None = metric(
+        "the port whose queue the report shows for this strategy: the most-dropping port, else the busiest",
+        source=C)
+    link_utilisation: dict[str, float] = metric(
+        "per link direction (as bytes_by_link), bytes x 8 / (configured rate x training time)", factory=dict,
+        source=C)
+    busiest_link_utilisation: float | None = metric("the highest link_utilisation: how close the strategy "
+                                                    "came to a link's capacity", source=C)
+    links_under_5pct_of_busiest: int | None = metric(
+        "link directions of the fabric that carried less than 5 % of the busiest one's bytes", source=C)
+    ecmp_imbalance: float | None = metric(
+        "over the leaves whose uplinks carried traffic, the largest (max - min) / max of one leaf's uplink "
+        "tx bytes: 0 when ECMP spread a leaf's traffic evenly over the spines, 1 when a spine got none",
+        source=C)
+    timeout_idle_s: float | None = metric(
+        "seconds the strategy's bottleneck host (PS family: the PS; collectives: the host behind the "
+        "worst queue) saw no data packet in either direction for > 2 ms while some flow sat in a timeout: "
+        "what the timeouts cost the step", source=P)
+    bound_s: float | None = metric(
+        "the communication lower bound of one step: PS family 2 N S / B (every gradient in, then every "
+        "model out, through the PS host's link), ring and allreduce 2 (N - 1) S / (N B); N workers, S the "
+        "gradient's wire bytes (payload x 1514/1448 for headers), B the slowest host link's rate",
+        source="config.json")
+    comm_split: dict[str, float] = metric(
+        "comm_time_s split into bound_s, timeouts_s (timeout_idle_s / steps) and rest_s (what is left: "
+        "queueing, slow start, software overhead; never below 0)", factory=dict, source=W + ", " + P)
+    fidelity: dict[str, Any] = metric(
+        "did the emulator keep its promise: verdict (trustworthy or degraded), reasons, "
+        "unexplained_loss_share (max(0, fabric_drops_pcap - queue_drops_total) / fabric_drops_pcap: losses "
+        "the captures saw that no switch queue counted, a lower bound since queue drops include ACKs), "
+        "dequeue_port, dequeue_gap_median_over_ideal (median gap between packets leaving the strategy's "
+        "worst host port while its queue was backlogged, over the serialization time at its rate), "
+        "cpu_busy_max (the busiest second's mean core busy share), cpu_saturated_share (share of seconds "
+        "with every core >= 95 % busy), switch_cpu_max (ovs-vswitchd's peak share of a core)", factory=dict,
+        source="pcaps, queue_depth.jsonl, cpu.jsonl")
     updates_applied: int | None = metric("gradients the PS applied", source=S)
     updates_discarded: int | None = metric("gradients the PS dropped (late in a synchronous step, or a "
                                            "backup's)", source=S)
@@ -140,10 +202,11 @@ class RunSummary:
     capture: CaptureTotals
     complete: bool  # every strategy complete
     schema: int = SCHEMA
+    fidelity: dict[str, Any] = field(default_factory=dict)  # verdict over every strategy, with reasons
 
     def to_dict(self) -> dict[str, Any]:
         """summary.json."""
-        return {"schema": self.schema, "config": self.config,
+        return {"schema": self.schema, "config": self.config, "fidelity": self.fidelity,
                 "strategies": {k: v.to_dict() for k, v in self.strategies.items()},
                 "capture": dataclasses.asdict(self.capture), "complete": self.complete}
 
@@ -157,7 +220,8 @@ class RunSummary:
                    strategies={k: StrategySummary.from_dict(v) for k, v in strategies.items()},
                    capture=CaptureTotals(**{k: v for k, v in cap.items() if k in known})
                    if cap else CaptureTotals(False, False),
-                   complete=bool(doc.get("complete")), schema=int(doc.get("schema") or 1))
+                   complete=bool(doc.get("complete")), schema=int(doc.get("schema") or 1),
+                   fidelity=doc.get("fidelity") or {})
 
 
 def definitions_markdown() -> str:

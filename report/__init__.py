@@ -1,0 +1,16 @@
+"""The report: the top of the data flow (topologies -> controller -> workloads -> capture -> analysis ->
+report). It renders summary.json (rebuilt by analysis.summary when missing) and plots time series
+binned from the run model's records.
+
+    run.py       RunView: the RunSummary and the RunFolder's typed records, read once
+    series.py    the data of the figures (per step, per poll, per pcap bin), nothing the summary holds
+    figures.py   matplotlib figures on the Agg canvas
+    doc.py       the document model: Document, Section, Paragraph, Bullets, Table, Figure, Callout
+    sections.py  the callouts and sections of the page, one function of the RunView each
+    html.py, markdown.py   the two renderers
+    build.py     build_report(run_dir): all of it, written into the run folder
+"""
+
+from report.build import build_report
+
+__all__ = ["build_report"]

@@ -1,0 +1,70 @@
+"""build_report(run_dir): summary.json and the run folder -> report.html, report.md, figures/*.png."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from report.doc import Callout, Document, Section
+from report.html import render_html
+from report.markdown import render_markdown
+from report.run import RunView
+from report.sections import CALLOUTS, SECTIONS, facts
+
+
+def build_document(run: RunView,
+                   sections: list[Callable[[RunView], Section | None]] | None = None,
+                   callouts: list[Callable[[RunView], Callout | None]] | None = None) -> Document:
+    """The page of a run: every callout and section function that has something to say."""
+    doc = Document(title=f"incastlab report: {run.folder.path.name}",
+                   status="complete" if run.summary.complete else "incomplete", facts=facts(run))
+    for make in CALLOUTS if callouts is None else callouts:
+        if (c := make(run)) is not None:
+            doc.callouts.append(c)
+    for make_section in SECTIONS if sections is None else sections:
+        if (s := make_section(run)) is not None:
+            doc.sections.append(s)
+    return doc
+
+
+def write_document(doc: Document, run: RunView) -> dict[str, Any]:
+    """report.html (self-contained), report.md and figures/<key>.png; stale PNGs of an older build go."""
+    folder = run.folder
+    folder.figures_dir.mkdir(parents=True, exist_ok=True)
+    pngs = {}
+    for f in doc.figures():
+        path = folder.figures_dir / f"{f.key}.png"
+        path.write_bytes(f.png)
+        pngs[f.key] = path
+    for old in folder.figures_dir.glob("*.png"):
+        if old not in pngs.values():
+            old.unlink()
+    folder.report_html.write_text(render_html(doc), encoding="utf-8")
+    folder.report_md.write_text(render_markdown(doc, folder.figures_dir.name), encoding="utf-8")
+    return {"html": folder.report_html, "md": folder.report_md, "figures": pngs}
+
+
+def build_report(run_dir: Path | str) -> dict[str, Any]:
+    """Write the report of a run folder; returns the files written and what the page shows.
+
+    Keys: files (html, md, figures: key -> path), complete, summary_rebuilt (why, or None), ps_port,
+    strategies, straggler, sections (titles), callouts ({title, tone, items}), findings, tables
+    (key -> heading, label_header, headers, rows: label -> cells, values: label -> summary figures)
+    and figures (key -> the data it plots)."""
+    run = RunView.open(run_dir)
+    doc = build_document(run)
+    files = write_document(doc, run)
+    found = doc.section("Findings")
+    return {
+        "run_dir": run.folder.path, "files": files, "complete": run.summary.complete,
+        "summary_rebuilt": run.rebuilt, "ps_port": run.ps_port, "strategies": list(run.strategies),
+        "straggler": run.has_stragglers, "sections": [s.title for s in doc.sections],
+        "callouts": [{"title": c.title, "tone": c.tone, "items": c.items} for c in doc.callouts],
+        "findings": [i for b in (found.blocks if found else []) for i in getattr(b, "items", [])],
+        "tables": {t.key: {"heading": t.heading, "label_header": t.label_header,
+                           "headers": [c.header for c in t.columns],
+                           "rows": {r.label: r.cells for r in t.rows}, "values": t.values}
+                   for t in doc.tables()},
+        "figures": {f.key: f.data for f in doc.figures()},
+    }

@@ -1,0 +1,184 @@
+"""The run as the report sees it: summary.json (rebuilt when missing) and the run folder's records.
+
+`RunView.open(run_dir)` reads everything once through the run model's readers: `summary` is the
+RunSummary (the figures of every table and finding), `folder` the RunFolder, and per strategy a
+StrategyView with the typed records the time series are binned from. A section of the report is a
+function of a RunView (report/sections.py), so it gets the summary and the folder together.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from analysis.errors import AnalysisError
+from runmodel import SCHEMA
+from runmodel.config import PS_FAMILY, ExperimentConfig
+from runmodel.fabric import Plan
+from runmodel.folder import RunFolder, StrategyFolder
+from runmodel.records import (
+    CaptureReport,
+    ControllerSeries,
+    FaultRecord,
+    PsEvent,
+    QueueSample,
+    Status,
+    StepRecord,
+)
+from runmodel.summary import RunSummary, StrategySummary
+
+STRAGGLER_STRATEGIES = ("async", "ssp", "backup")
+T = TypeVar("T")
+
+
+class ReportError(AnalysisError):
+    """A run folder the report cannot be built from; str() is one line."""
+
+
+@dataclass
+class StrategyView:
+    """One strategy: its figures (summary) and its records, read once."""
+
+    name: str
+    folder: StrategyFolder
+    summary: StrategySummary
+    status: Status | None = None
+    steps: dict[int, list[StepRecord]] = field(default_factory=dict)  # rank -> its steps in order
+    ps_events: list[PsEvent] = field(default_factory=list)
+    controller: ControllerSeries = field(default_factory=ControllerSeries)
+    queue: list[QueueSample] = field(default_factory=list)
+    faults: list[FaultRecord] = field(default_factory=list)
+    capture: CaptureReport | None = None
+
+    @classmethod
+    def read(cls, sf: StrategyFolder, summary: StrategySummary, problems: list[str]) -> StrategyView:
+        """Every record of a strategy folder (an absent folder gives an empty view)."""
+        view = cls(sf.name, sf, summary)
+        if not sf.exists:
+            return view
+        view.status = sf.status(problems)
+        view.steps = {r: log.steps for r, log in sf.worker_logs(problems).items()}
+        view.ps_events = sf.ps_events(problems)
+        view.controller = sf.controller_series(problems)
+        view.queue = sf.queue_samples(problems)
+        view.faults = sf.faults(problems)
+        view.capture = sf.capture(problems)
+        return view
+
+    @property
+    def present(self) -> bool:
+        """The strategy got as far as its folder."""
+        return self.folder.exists
+
+    @property
+    def records(self) -> list[StepRecord]:
+        """Every step record of every worker."""
+        return [r for recs in self.steps.values() for r in recs]
+
+    @property
+    def t0(self) -> float | None:
+        """The time origin of its timelines: its first training step's start (else status t_start)."""
+        starts = [r.t_start for r in self.records]
+        if starts:
+            return min(starts)
+        return self.status.t_start if self.status else None
+
+    @property
+    def window(self) -> tuple[float, float] | None:
+        """[start, end] of the strategy (status.json's times, else its first and last step)."""
+        recs = self.records
+        a = self.status.t_start if self.status and self.status.t_start else None
+        b = self.status.t_end if self.status and self.status.t_end else None
+        a = a if a is not None else min((r.t_start for r in recs), default=None)
+        b = b if b is not None else max((r.t_end for r in recs), default=None)
+        return (a, b) if a is not None and b is not None and b > a else None
+
+    @property
+    def training_end(self) -> float | None:
+        """Seconds from t0 to the last step's end."""
+        t0, recs = self.t0, self.records
+        return max(r.t_end for r in recs) - t0 if recs and t0 is not None else None
+
+    @property
+    def ps_family(self) -> bool:
+        """Gradients go through a parameter server."""
+        return self.name in PS_FAMILY
+
+
+@dataclass
+class RunView:
+    """summary.json and the run folder's records, for the report."""
+
+    folder: RunFolder
+    summary: RunSummary
+    config: ExperimentConfig
+    plan: Plan
+    strategies: dict[str, StrategyView]
+    rebuilt: str | None = None  # why summary.json was recomputed, if it was
+    problems: list[str] = field(default_factory=list)
+    cache: dict[str, Any] = field(default_factory=dict, repr=False)  # prepared series, see memo()
+
+    @classmethod
+    def open(cls, run_dir: Path | str | RunFolder) -> RunView:
+        """Read a run folder. summary.json is rendered as written; when it is missing, unreadable or of
+        an older schema it is recomputed (and rewritten) by analysis.summary.summarize, the code that
+        writes it at the end of a run."""
+        from analysis.summary import summarize
+
+        folder = run_dir if isinstance(run_dir, RunFolder) else RunFolder(Path(run_dir))
+        if not folder.path.is_dir():
+            raise ReportError(f"run folder not found: {folder.path}")
+        config = folder.config()  # ParamError (one line) when there is no readable config.json
+        plan = folder.plan()
+        doc = folder.summary_doc()
+        rebuilt = None
+        if doc is None:
+            rebuilt = "summary.json was missing" if not folder.summary_file.exists() else \
+                "summary.json was unreadable"
+        elif int(doc.get("schema") or 1) != SCHEMA:
+            rebuilt = f"summary.json was of schema {doc.get('schema') or 1}, not {SCHEMA}"
+        summary = summarize(folder) if rebuilt else RunSummary.from_dict(doc or {})
+        problems = list(dict.fromkeys(p for p in folder.problems if not p.startswith("summary.json")))
+        strategies = {}
+        for name in config.strategies:
+            fig = summary.strategies.get(name) or StrategySummary()
+            strategies[name] = StrategyView.read(folder.strategy(name), fig, problems)
+        return cls(folder, summary, config, plan, strategies, rebuilt, problems)
+
+    @property
+    def present(self) -> list[StrategyView]:
+        """Strategies with a folder, in run order."""
+        return [s for s in self.strategies.values() if s.present]
+
+    @property
+    def timed(self) -> list[StrategyView]:
+        """Strategies with at least one step: the ones with timelines."""
+        return [s for s in self.present if s.records]
+
+    @property
+    def ps_family(self) -> list[StrategyView]:
+        """Present strategies of the PS family."""
+        return [s for s in self.present if s.ps_family]
+
+    @property
+    def ps_port(self) -> str:
+        """The PS host's leaf port."""
+        return self.plan.ps_port.name
+
+    @property
+    def has_stragglers(self) -> bool:
+        """Stragglers were configured, or a strategy that exists for them ran."""
+        return bool(self.config.stragglers) or any(s.name in STRAGGLER_STRATEGIES for s in self.present)
+
+    @property
+    def host_captures(self) -> bool:
+        """Hosts were captured (capture "all"): the pcap series exist."""
+        return self.config.capture == "all"
+
+    def memo(self, key: str, make: Callable[[], T]) -> T:
+        """`make()` once per RunView (series several sections plot, e.g. the pcap series)."""
+        if key not in self.cache:
+            self.cache[key] = make()
+        return self.cache[key]
