@@ -14,6 +14,10 @@ and 23 with the later one's. `ideal="next"` uses the later packet's size instead
 A ratio near 1 means the emulated link ran at its rate; above 1 the emulator was late (CPU
 starvation of a userspace switch shows as ratios of 2, 10, ...); below 1 a burst (tokens saved while
 the queue was empty, or a packet after a small one).
+
+Measured on the sample `make compare` run (ps strategy, lf1-eth3 toward h1 at 20 Mbit/s): 21,736
+gaps while backlogged, median ratio 1.0007, p5 0.64, p25 0.98, p75 1.02, p95 1.17, p99 2.22;
+achieved share 0.988 of the configured rate.
 """
 
 from __future__ import annotations

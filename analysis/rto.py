@@ -94,7 +94,8 @@ _NEVER = np.int64(-(1 << 62))  # a time (ns) long before any capture
 @dataclass(frozen=True)
 class RtoEvent:
     """One timeout or loss probe: capture time (s since the epoch), 1-based frame number, the
-    retransmitted sequence number (relative, as tshark shows it; absolute in seq_raw), kind
+    retransmitted sequence number (relative to the direction's SYN, or to one less than its first
+    sequence number seen when the capture lacks the SYN, as tshark counts; absolute in seq_raw), kind
     ("rto", "syn" or "tlp"), idle_s (seconds with nothing sent in this direction and no ACK
     progress before it: the stall it cost) and backoff (0 for the first timeout of a segment,
     1 for the one after the doubled RTO, ...)."""

@@ -82,8 +82,9 @@ def _be(buf: np.ndarray, at: np.ndarray, nbytes: int) -> np.ndarray:
 def read_options(p: Packets) -> TcpOptions:
     """Timestamps and window scale of every packet of p (read again from p.path).
 
-    If the file changed since it was read, or a packet's options were not captured, the values
-    are -1 (callers fall back to what they do without options)."""
+    Pass the Packets as read_pcap returned them and select afterwards: every record left out of
+    p costs one header read in Python. If the file changed since it was read, or a packet's
+    options were not captured, the values are -1 (callers fall back to what they do without)."""
     n = len(p)
     none = TcpOptions(tsval=np.full(n, -1, dtype=np.int64), tsecr=np.full(n, -1, dtype=np.int64),
                       wscale=np.full(n, -1, dtype=np.int64))
