@@ -189,7 +189,8 @@ def test_overload_queue_depth_and_pcaps_agree_with_kernel(link: Link, tmp_path: 
     assert len(lines) == summary["samples"]
     gaps = [b["t"] - a["t"] for a, b in zip(lines, lines[1:], strict=False)]
     assert summary["interval_s_median"] == pytest.approx(statistics.median(gaps), abs=1e-5)
-    assert set(lines[0]) == {"t", "backlog_bytes", "backlog_packets", "drops", "sent_packets"}
+    assert set(lines[0]) == {"t", "backlog_bytes", "backlog_packets", "drops", "sent_packets", "port"}
+    assert {ln["port"] for ln in lines} == {ROOT_IF}
     assert all(a["t"] < b["t"] for a, b in zip(lines, lines[1:], strict=False))
     # the last sample is taken at stop(): what was queued then is sent later, nothing more is dropped
     assert lines[-1]["drops"] == after["drops"]

@@ -36,7 +36,7 @@ def test_sync_strategies_wait_on_the_straggler_and_async_does_not(straggler_run)
     fast = ("0", "2")  # rank 1 (h3) is the straggler
 
     def fast_util(name: str) -> float:
-        return sum(s[name]["utilisation_by_worker"][r] for r in fast) / len(fast)
+        return sum(s[name]["worker_compute_share_by_rank"][r] for r in fast) / len(fast)
 
     for sync in ("ps", "ring", "allreduce"):
         assert fast_util("async") > fast_util(sync), f"async keeps fast workers busier than {sync}"
@@ -66,5 +66,5 @@ def test_backup_discards_exactly_b_updates_per_step(straggler_run):
 def test_the_report_has_the_straggler_section(straggler_run):
     run, _ = straggler_run
     html = (run / "report.html").read_text()
-    for needle in ("utilisation", "staleness", "ssp"):
+    for needle in ("compute share", "staleness", "ssp"):
         assert needle in html.lower()
