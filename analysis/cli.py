@@ -136,12 +136,14 @@ def _inspect(argv: list[str]) -> int:
                  description="the packets of one TCP connection (both directions), each labelled "
                              "(retransmission, dup ACK, timeout, ...); sequence numbers and windows as "
                              "tshark shows them")
-    ap.add_argument("pcap")
-    ap.add_argument("--flow", required=True, help="SRC:PORT-DST:PORT (required; either direction)")
-    ap.add_argument("--around", type=float, default=None,
-                    help="seconds since the capture's first packet (default: the whole connection)")
-    ap.add_argument("--span", type=float, default=0.05, help="half-width of the --around window in seconds "
-                                                              "(default: 0.05)")
+    ap.add_argument("pcap", help="a classic pcap file")
+    ap.add_argument("--flow", required=True, metavar="SRC:PORT-DST:PORT",
+                    help="the connection (required; either direction)")
+    ap.add_argument("--around", type=float, default=None, metavar="T",
+                    help="only packets near T seconds after the capture's first packet "
+                         "(default: the whole connection)")
+    ap.add_argument("--span", type=float, default=0.05, metavar="S",
+                    help="half-width of the --around window in seconds (default: 0.05)")
     ap.add_argument("--absolute", action="store_true",
                     help="absolute sequence and ACK numbers (default: relative, as tshark shows them)")
     ap.add_argument("--allow-truncated", action="store_true",
