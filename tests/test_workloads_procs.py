@@ -7,7 +7,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -17,6 +16,7 @@ import torch
 
 from runmodel.job import JobSpec, RankJob
 from runmodel.records import read_jsonl
+from tests.waiting import wait_for
 from workloads.model import ModelSpec, init_weights, loss_and_grad, make_batch
 from workloads.psproto import HEADER
 
@@ -272,13 +272,11 @@ def test_backup_drops_exactly_b_per_step_and_loss_decreases(tmp_path: Path) -> N
 
 # --- failures -----------------------------------------------------------------------------------
 def _wait_for_lines(path: Path, n: int, procs: list[subprocess.Popen[str]]) -> None:
-    deadline = time.monotonic() + GUARD_S
-    while time.monotonic() < deadline:
-        if path.exists() and len(read_jsonl(path)) >= n:
-            return
+    def logged() -> bool:
         assert all(p.poll() is None for p in procs), "a process exited before the failure was injected"
-        time.sleep(0.1)
-    raise AssertionError(f"{path} never reached {n} lines")
+        return path.exists() and len(read_jsonl(path)) >= n
+
+    wait_for(logged, GUARD_S, f"{path} to reach {n} lines")
 
 
 def _one_line(err: str) -> str:
