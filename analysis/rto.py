@@ -40,6 +40,12 @@ the sender:
   as kind "syn" when no packet of the peer arrived within `burst_s` before (a SYN-ACK resent
   because a duplicate SYN arrived is not a timeout).
 
+`retransmits` (per flow and in the totals) counts every segment sent below the highest sequence
+number sent before it, whatever the cause: on a sender's own capture that is the kernel's
+TcpRetransSegs (sample run: equal on all 15 host captures, e.g. ps h4 522/522), where Wireshark's
+classification (tcp.py, `tcp.analysis.retransmission`) calls some of them out-of-order instead
+(ps h4: 434 + 88 out-of-order).
+
 Known differences from the kernel's counters, by construction:
 - new-data probes: a TLP that sends new data is not a retransmission; we cannot tell it from
   ordinary sending, so `loss_probes` is a lower bound of TcpExtTCPLossProbes (most probes of a
@@ -122,6 +128,7 @@ class FlowRto:
     loss_probes: int     # events of kind "tlp"
     stall_s: float       # sum of idle_s over the timeouts
     events: list[RtoEvent] = field(default_factory=list)
+    retransmits: int = 0  # segments sent below the highest sequence number sent before (any cause)
 
 
 @dataclass(frozen=True)
@@ -139,29 +146,41 @@ class RtoAnalysis:
         return sum(f.loss_probes for f in self.flows)
 
     @property
+    def retransmits(self) -> int:
+        return sum(f.retransmits for f in self.flows)
+
+    @property
     def stall_s(self) -> float:
         return round(float(sum(f.stall_s for f in self.flows)), 6)
 
     def by_sender(self) -> dict[str, dict[str, float]]:
-        """{sender IP: {"timeouts", "loss_probes", "stall_s"}} summed over its flows (the figure
-        to compare with that host's kernel counters)."""
+        """{sender IP: {"timeouts", "loss_probes", "stall_s", "retransmits"}} summed over its flows
+        (the figures to compare with that host's TcpExtTCPTimeouts, TcpExtTCPLossProbes and
+        TcpRetransSegs)."""
         out: dict[str, dict[str, float]] = {}
         for f in self.flows:
-            row = out.setdefault(f.src, {"timeouts": 0, "loss_probes": 0, "stall_s": 0.0})
+            row = out.setdefault(f.src, _zero())
             row["timeouts"] += f.timeouts
             row["loss_probes"] += f.loss_probes
             row["stall_s"] = round(row["stall_s"] + f.stall_s, 6)
+            row["retransmits"] += f.retransmits
         return out
 
     def totals(self, src: str | None = None) -> dict[str, float]:
-        """{"timeouts", "loss_probes", "stall_s"} over all flows, or over the flows sent by src."""
+        """{"timeouts", "loss_probes", "stall_s", "retransmits"} over all flows, or over the flows
+        sent by src (zeros if it sent none)."""
         if src is not None:
-            return self.by_sender().get(src, {"timeouts": 0, "loss_probes": 0, "stall_s": 0.0})
-        return {"timeouts": self.timeouts, "loss_probes": self.loss_probes, "stall_s": self.stall_s}
+            return self.by_sender().get(src, _zero())
+        return {"timeouts": self.timeouts, "loss_probes": self.loss_probes, "stall_s": self.stall_s,
+                "retransmits": self.retransmits}
 
     def to_dict(self) -> dict[str, object]:
         """JSON-ready: totals plus "per_flow" (each flow with its events)."""
         return {**self.totals(), "per_flow": [asdict(f) for f in self.flows]}
+
+
+def _zero() -> dict[str, float]:
+    return {"timeouts": 0, "loss_probes": 0, "stall_s": 0.0, "retransmits": 0}
 
 
 def _gcummax(vals: np.ndarray, gid: np.ndarray) -> np.ndarray:
@@ -314,6 +333,7 @@ def rto_events(p: Packets, *, tsval: np.ndarray | None = None, rto_min_s: float 
     # tshark-style relative sequence numbers: 0 at the SYN, 1 at the first byte without one
     first_pkt = d.order[d.starts[:-1]]
     rel_base = np.where((p.flags[first_pkt] & SYN) != 0, 0, -1)
+    n_rtx = np.bincount(fo[rtx], minlength=len(d.keys))
     per: dict[int, list[int]] = {}
     for k in hit.tolist():
         per.setdefault(int(fo[k]), []).append(k)
@@ -331,7 +351,8 @@ def rto_events(p: Packets, *, tsval: np.ndarray | None = None, rto_min_s: float 
         to = [e for e in events if e.kind != "tlp"]
         flows.append(FlowRto(flow=d.name(fid), src=ip_to_str(src), sport=sport, dst=ip_to_str(dst),
                              dport=dport, timeouts=len(to), loss_probes=len(events) - len(to),
-                             stall_s=round(sum(e.idle_s for e in to), 6), events=events))
+                             stall_s=round(sum(e.idle_s for e in to), 6), events=events,
+                             retransmits=int(n_rtx[fid])))
     return RtoAnalysis(flows=flows)
 
 

@@ -62,8 +62,10 @@ def test_timeout_then_doubled_timeout(tmp_path: Path, isn: int) -> None:
     assert ev[0].idle_s == pytest.approx(0.266 - 0.019, abs=1e-6)  # since the last segment sent
     assert ev[1].idle_s == pytest.approx(0.5, abs=1e-6)
     assert res.timeouts == 2 and res.loss_probes == 0 and res.stall_s == pytest.approx(0.747, abs=1e-6)
-    assert res.by_sender()["10.0.0.2"] == {"timeouts": 2, "loss_probes": 0, "stall_s": pytest.approx(0.747)}
-    assert res.totals("10.0.0.1") == {"timeouts": 0, "loss_probes": 0, "stall_s": 0.0}  # only its SYN-ACK
+    assert res.by_sender()["10.0.0.2"] == {"timeouts": 2, "loss_probes": 0, "stall_s": pytest.approx(0.747),
+                                           "retransmits": 4}  # the two timeouts, two after them
+    assert res.totals("10.0.0.1") == {"timeouts": 0, "loss_probes": 0, "stall_s": 0.0,
+                                      "retransmits": 0}  # it sent only its SYN-ACK
     assert {f.flow for f in res.flows} == {"10.0.0.2:40000-10.0.0.1:5000", "10.0.0.1:5000-10.0.0.2:40000"}
 
 

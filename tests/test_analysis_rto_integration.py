@@ -4,7 +4,8 @@ whose port toward the receiver is an HTB class at 20 Mbit/s with a 10-packet pfi
 linux-htb makes of a switch port). Then
 
 - each sender's timeouts (rto.rto_events on its own capture) against its namespace's
-  TcpExtTCPTimeouts (nstat), loss probes at most TcpExtTCPLossProbes;
+  TcpExtTCPTimeouts (nstat), loss probes at most TcpExtTCPLossProbes, retransmitted segments
+  exactly TcpRetransSegs;
 - delivered bytes at the receiver against what the application sent;
 - the router port's dequeue gaps while its queue held packets against the configured 20 Mbit/s.
 
@@ -177,7 +178,8 @@ def incast(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, objec
                 errs.append(t.communicate(timeout=10)[1])
             kernel = {}
             for i, ns in enumerate(NS_S, start=1):
-                txt = _nx(ns, "nstat", "-az", "-s", "TcpExtTCPTimeouts", "TcpExtTCPLossProbes")
+                txt = _nx(ns, "nstat", "-az", "-s", "TcpExtTCPTimeouts", "TcpExtTCPLossProbes",
+                          "TcpRetransSegs")
                 kernel[f"10.203.{i}.1"] = {m.group(1): int(m.group(2))
                                            for m in re.finditer(r"^(\w+)\s+(\d+)", txt, re.M)}
             dropped = sum(int(x) for e in errs for x in re.findall(r"(\d+) packets dropped by kernel", e))
@@ -209,6 +211,7 @@ def test_timeouts_per_sender_agree_with_the_kernel(incast: dict[str, object]) ->
         print(ip, "timeouts", got["timeouts"], "kernel", kernel[ip])  # type: ignore[index]
         assert abs(got["timeouts"] - want) <= max(2, 0.1 * want), (ip, got, kernel[ip])  # type: ignore[index]
         assert got["loss_probes"] <= kernel[ip].get("TcpExtTCPLossProbes", 0)  # type: ignore[index]
+        assert got["retransmits"] == kernel[ip].get("TcpRetransSegs", 0)  # type: ignore[index]
         total += want
     assert total >= 8, f"the incast produced too few timeouts to compare: {kernel}"
 

@@ -42,7 +42,8 @@ def _captures(strategy: str) -> list[str]:
 @pytest.mark.parametrize("strategy", ["ps", "ring"])
 def test_timeouts_per_host_agree_with_the_kernel(strategy: str) -> None:
     """Each host's capture, the flows it sent: timeouts vs TcpExtTCPTimeouts within 10 % (or 2 when
-    the kernel counted fewer than 20); loss probes never more than TcpExtTCPLossProbes."""
+    the kernel counted fewer than 20); loss probes never more than TcpExtTCPLossProbes;
+    retransmitted segments exactly TcpRetransSegs."""
     hosts = _hosts(strategy)
     seen = 0
     for h in _captures(strategy):
@@ -53,6 +54,7 @@ def test_timeouts_per_host_agree_with_the_kernel(strategy: str) -> None:
             got = rto_events(p, tsval=tsval).totals(_ip(h))
             assert abs(got["timeouts"] - want) <= max(2, 0.1 * want), (h, got, want)
             assert got["loss_probes"] <= int(kern.get("TcpExtTCPLossProbes", 0)), h  # type: ignore[union-attr]
+            assert got["retransmits"] == int(kern.get("TcpRetransSegs", 0)), h  # type: ignore[union-attr]
         seen += want
     assert seen > (100 if strategy == "ps" else -1)
 
