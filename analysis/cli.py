@@ -1,4 +1,5 @@
-"""Command-line entry points of the analysis stage; incastlab's CLI delegates here.
+"""The analysis stage's subcommands (analyze, inspect): their options and what they run; the
+`incastlab` command's one argparse tree adds them (incastlab/cli.py).
 
 Errors are one line on stderr and exit code 2, never a traceback."""
 
@@ -7,7 +8,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Callable
 
 from analysis.errors import AnalysisError
 from analysis.goodput import delivered_bytes
@@ -22,23 +22,6 @@ _TEXT_KEYS = ("records", "packets", "segments", "bytes", "retransmits", "fast_re
               "delivered_bytes", "flows", "connections")
 _FLOW_KEYS = ("segments", "retransmits", "dup_acks", "out_of_order", "timeouts", "loss_probes",
               "delivered_bytes")
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line, not usage + message
-        raise AnalysisError(message)
-
-
-def _run(prog: str, fn: Callable[[list[str]], int], argv: list[str]) -> int:
-    try:
-        return fn(argv)
-    except AnalysisError as exc:
-        print(f"{prog}: error: {exc}", file=sys.stderr)
-        return 2
-    except SystemExit as exc:  # --help
-        return int(exc.code or 0)
-    except BrokenPipeError:
-        return 0
 
 
 def analyze_counts(path: str, *, allow_truncated: bool = False, per_flow: bool = False,
@@ -91,12 +74,16 @@ def _print_text(res: dict[str, object]) -> None:
         print(f"  {row['flow']}: " + " ".join(f"{k}={row[k]}" for k in _FLOW_KEYS))
 
 
-def _analyze(argv: list[str]) -> int:
-    ap = _Parser(prog="incastlab analyze",
-                 description="TCP counts of pcap files: segments, retransmissions (fast / timeout, as "
-                             "Wireshark classifies them), dup ACKs, out-of-order, zero windows, timeout "
-                             "events and tail loss probes (count them on the sender's capture), delivered "
-                             "bytes (unique payload bytes; count them on the receiver's capture).")
+ANALYZE_HELP = ("TCP counts of pcap files: segments, retransmissions (fast / timeout, as Wireshark "
+                "classifies them), dup ACKs, out-of-order, zero windows, timeout events and tail loss probes "
+                "(count them on the sender's capture), delivered bytes (unique payload bytes; count them on "
+                "the receiver's capture).")
+INSPECT_HELP = ("the packets of one TCP connection (both directions), each labelled (retransmission, "
+                "dup ACK, timeout, ...); sequence numbers and windows as tshark shows them")
+
+
+def add_analyze_arguments(ap: argparse.ArgumentParser) -> None:
+    """The options of `incastlab analyze` (the command line's tree adds the subcommand)."""
     ap.add_argument("pcap", nargs="+", help="one or more classic pcap files")
     ap.add_argument("--json", action="store_true",
                     help="print one JSON object per file, one per line (default: text)")
@@ -106,36 +93,37 @@ def _analyze(argv: list[str]) -> int:
                     help="count what precedes a cut record (default: a cut file is an error)")
     ap.add_argument("--rto-min", type=float, default=RTO_MIN_S, metavar="S",
                     help=f"the senders' minimum RTO in seconds, for the timeout count (default: {RTO_MIN_S})")
-    a = ap.parse_args(argv)
+
+
+def run_analyze(a: argparse.Namespace) -> int:
+    """`incastlab analyze`: counts per file; exit 2 if a file could not be read."""
     if a.rto_min <= 0:
         raise AnalysisError("--rto-min must be > 0")
     failed = 0
-    for path in a.pcap:
-        try:
-            res = analyze_counts(path, allow_truncated=a.allow_truncated, per_flow=a.per_flow,
-                                 rto_min_s=a.rto_min)
-        except AnalysisError as exc:
-            if len(a.pcap) == 1:
-                raise
-            failed += 1
-            print(f"incastlab analyze: error: {exc}", file=sys.stderr)
+    try:
+        for path in a.pcap:
+            try:
+                res = analyze_counts(path, allow_truncated=a.allow_truncated, per_flow=a.per_flow,
+                                     rto_min_s=a.rto_min)
+            except AnalysisError as exc:
+                if len(a.pcap) == 1:
+                    raise
+                failed += 1
+                print(f"incastlab analyze: error: {exc}", file=sys.stderr)
+                if a.json:
+                    print(json.dumps({"file": path, "error": str(exc)}), flush=True)
+                continue
             if a.json:
-                print(json.dumps({"file": path, "error": str(exc)}), flush=True)
-            continue
-        if a.json:
-            print(json.dumps(res), flush=True)
-        else:
-            _print_text(res)
+                print(json.dumps(res), flush=True)
+            else:
+                _print_text(res)
+    except BrokenPipeError:
+        return 0
     return 2 if failed else 0
 
 
-def _inspect(argv: list[str]) -> int:
-    from analysis.inspect import inspect_flow
-
-    ap = _Parser(prog="incastlab inspect",
-                 description="the packets of one TCP connection (both directions), each labelled "
-                             "(retransmission, dup ACK, timeout, ...); sequence numbers and windows as "
-                             "tshark shows them")
+def add_inspect_arguments(ap: argparse.ArgumentParser) -> None:
+    """The options of `incastlab inspect`."""
     ap.add_argument("pcap", help="a classic pcap file")
     ap.add_argument("--flow", required=True, metavar="SRC:PORT-DST:PORT",
                     help="the connection (required; either direction)")
@@ -148,26 +136,19 @@ def _inspect(argv: list[str]) -> int:
                     help="absolute sequence and ACK numbers (default: relative, as tshark shows them)")
     ap.add_argument("--allow-truncated", action="store_true",
                     help="show what precedes a cut record (default: a cut file is an error)")
-    a = ap.parse_args(argv)
+
+
+def run_inspect(a: argparse.Namespace) -> int:
+    """`incastlab inspect`: one connection's packets."""
+    from analysis.inspect import inspect_flow
+
     if a.span < 0:
         raise AnalysisError("--span must be >= 0")
-    n = inspect_flow(a.pcap, a.flow, around=a.around, span=a.span, absolute=a.absolute,
-                     allow_truncated=a.allow_truncated)
+    try:
+        n = inspect_flow(a.pcap, a.flow, around=a.around, span=a.span, absolute=a.absolute,
+                         allow_truncated=a.allow_truncated)
+    except BrokenPipeError:
+        return 0
     if n == 0:
         raise AnalysisError("no packets of that flow in the --around window")
     return 0
-
-
-def analyze_main(argv: list[str]) -> int:
-    """`incastlab analyze PCAP [PCAP ...] [--json] [--per-flow] [--allow-truncated] [--rto-min S]`."""
-    return _run("incastlab analyze", _analyze, argv)
-
-
-def inspect_main(argv: list[str]) -> int:
-    """`incastlab inspect PCAP --flow SRC:PORT-DST:PORT [--around T] [--span S] [--absolute]
-    [--allow-truncated]`."""
-    return _run("incastlab inspect", _inspect, argv)
-
-
-if __name__ == "__main__":
-    sys.exit(analyze_main(sys.argv[1:]))

@@ -325,7 +325,7 @@ KERNEL_COUNTERS = {"tcp_timeouts_kernel": "TcpExtTCPTimeouts",
 
 def dequeue_check(sf: StrategyFolder, plan: Plan, out: StrategySummary,
                   queue: list[QueueSample]) -> dict[str, Any]:
-    """Pace of the strategy's worst host port while backlogged, from its receiver's own capture."""
+    """Pace of the strategy's worst host port while backlogged, from the capture closest to it."""
     from analysis.dequeue import QueueSamples, dequeue_gaps
     from analysis.errors import AnalysisError
     from analysis.pcapfile import read_pcap
@@ -336,7 +336,10 @@ def dequeue_check(sf: StrategyFolder, plan: Plan, out: StrategySummary,
     cap = sf.capture()
     for name in candidates:
         host = ports[name].peer
-        point = cap.point(host) if cap else None
+        # the port's own egress capture where there is one (the PS port); else the receiver's, which
+        # adds its receive-side jitter to the tails but not to the median
+        own = cap.point("ps-port") if cap and name == plan.ps_port.name else None
+        point = own or (cap.point(host) if cap else None)
         samples = [q for q in queue if q.port == name or (not q.port and name == plan.ps_port.name)]
         if point is None or not samples:
             continue

@@ -211,11 +211,12 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
-def _delegate(module: str, func: str) -> Callable[[argparse.Namespace], int]:
+def _stage(module: str, func: str) -> Callable[[argparse.Namespace], int]:
+    """A subcommand a later stage implements, imported only when it runs."""
     def run(args: argparse.Namespace) -> int:
         import importlib
 
-        return int(getattr(importlib.import_module(module), func)(args.rest))
+        return int(getattr(importlib.import_module(module), func)(args))
 
     return run
 
@@ -263,11 +264,15 @@ def build_parser() -> Parser:
     r.add_argument("run", help="run folder, e.g. results/latest")
     r.set_defaults(func=cmd_report)
 
-    for name, text in (("analyze", "count retransmissions, timeouts, dup ACKs... of any pcap"),
-                       ("inspect", "print one flow's packets with what each is")):
-        a = sub.add_parser(name, help=text, add_help=False)
-        a.add_argument("rest", nargs=argparse.REMAINDER)
-        a.set_defaults(func=_delegate("analysis.cli", f"{name}_main"))
+    from analysis.cli import ANALYZE_HELP, INSPECT_HELP, add_analyze_arguments, add_inspect_arguments
+
+    a = sub.add_parser("analyze", help="count retransmissions, timeouts, dup ACKs... of any pcap",
+                       description=ANALYZE_HELP)
+    add_analyze_arguments(a)
+    a.set_defaults(func=_stage("analysis.cli", "run_analyze"))
+    i = sub.add_parser("inspect", help="print one flow's packets with what each is", description=INSPECT_HELP)
+    add_inspect_arguments(i)
+    i.set_defaults(func=_stage("analysis.cli", "run_inspect"))
 
     c = sub.add_parser("clean", help="remove bridges, veths, processes left by a crashed run")
     c.set_defaults(func=cmd_clean)
@@ -300,6 +305,8 @@ def _main(argv: list[str]) -> int:
     except ParamError as exc:  # a shipped scenario that does not load
         print(f"incastlab: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except SystemExit as exc:  # --help, or a usage error already printed in one line
+        return int(exc.code or 0) if not isinstance(exc.code, str) else EXIT_USAGE
     try:
         return int(args.func(args) or 0)
     except (ParamError, UsageError, SessionError, FabricError, ControllerError, HostTcpError,

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from analysis.cli import inspect_main
 from analysis.inspect import connection_rows
+from incastlab.cli import main as cli_main
 from tests.test_analysis_trace import ACK, PSH, SYN, Trace, needs_tshark, tcp_options, tshark_fields
 
 FLOW = "10.0.0.2:40000-10.0.0.1:5000"
@@ -71,7 +71,7 @@ def test_without_the_handshake(tmp_path: Path, drop: int) -> None:
 
 def test_text_output(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     f = str(_conn().write(tmp_path / "c.pcap"))
-    assert inspect_main([f, "--flow", FLOW]) == 0
+    assert cli_main(["inspect", f, "--flow", FLOW]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert "window scale -> x128, <- x512" in lines[0] and "relative" in lines[1]
     head = lines[2].split()
@@ -81,21 +81,21 @@ def test_text_output(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None
     assert "RTO timeout" in lines[-2] and lines[-2].split()[4] == "601"
     assert all(line == line.rstrip() for line in lines)
     # around / span, absolute, a mid-stream capture, a cut file
-    assert inspect_main([f, "--flow", FLOW, "--around", "0.3", "--span", "0.0015", "--absolute"]) == 0
+    assert cli_main(["inspect", f, "--flow", FLOW, "--around", "0.3", "--span", "0.0015", "--absolute"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert "absolute" in out[1] and len(out) == 5
     assert out[3].split()[4] == str((0xFFFFFF00 + 601) & 0xFFFFFFFF)
     tr = _conn()
     tr.rows = tr.rows[3:]
     mid = str(tr.write(tmp_path / "mid.pcap"))
-    assert inspect_main([mid, "--flow", FLOW]) == 0
+    assert cli_main(["inspect", mid, "--flow", FLOW]) == 0
     out = capsys.readouterr().out.splitlines()
     assert "unscaled" in out[0] and "win(unscaled)" in out[2]
     data = Path(f).read_bytes()
     Path(f).write_bytes(data[:-20])
-    assert inspect_main([f, "--flow", FLOW]) == 2
+    assert cli_main(["inspect", f, "--flow", FLOW]) == 2
     assert "truncated" in capsys.readouterr().err
-    assert inspect_main([f, "--flow", FLOW, "--allow-truncated"]) == 0
+    assert cli_main(["inspect", f, "--flow", FLOW, "--allow-truncated"]) == 0
     assert len(capsys.readouterr().out.splitlines()) == 3 + 15
 
 
@@ -106,6 +106,6 @@ def test_errors_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str])
                       ([f, "--flow", FLOW, "--around", "5"], "no packets of that flow in the --around"),
                       ([f, "--flow", FLOW, "--span", "-1"], "--span must be >= 0"),
                       ([f], "required")):
-        assert inspect_main(argv) == 2
+        assert cli_main(["inspect", *argv]) == 2
         err = capsys.readouterr().err
         assert msg in err and err.count("\n") == 1 and "Traceback" not in err

@@ -21,10 +21,10 @@ from pathlib import Path
 
 import pytest
 
-from analysis.cli import analyze_main, inspect_main
 from analysis.fabric_loss import fabric_drops
 from analysis.pcapfile import read_pcap
 from analysis.tcp import analyze
+from incastlab.cli import main as cli_main
 
 pytestmark = [
     pytest.mark.integration,
@@ -258,11 +258,11 @@ def test_cli_json_and_inspect(caps: dict[str, dict[str, object]], capsys: pytest
     import json
 
     f = str(caps["lossy"]["snd"])
-    assert analyze_main([f, "--json", "--per-flow"]) == 0
+    assert cli_main(["analyze", f, "--json", "--per-flow"]) == 0
     res = json.loads(capsys.readouterr().out)
     ts = _tshark_count(f, "tcp.analysis.retransmission")
     assert ts > 0 and abs(res["retransmits"] - ts) <= 0.01 * ts
     flow = res["per_flow"][0]["flow"]
-    assert inspect_main([f, "--flow", flow]) == 0
+    assert cli_main(["inspect", f, "--flow", flow]) == 0
     out = capsys.readouterr().out
     assert "retransmission" in out and "dup ACK" in out

@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 from analysis import pcapfile
-from analysis.cli import analyze_main
 from analysis.errors import NoTcpError, PcapError, TruncatedPcapError
 from analysis.pcapfile import read_pcap
+from incastlab.cli import main as cli_main
 
 # (src, dst, sport, dport, seq, ack, flags, win, payload, ts_sec, ts_frac)
 PKTS = [
@@ -68,7 +68,7 @@ def test_fields_exactly_as_written(tmp_path: Path, order: str, nano: bool, linkt
 
 
 def _errline(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
-    assert analyze_main(argv) == 2
+    assert cli_main(["analyze", *argv]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "Traceback" not in err
     return err
@@ -100,7 +100,7 @@ def test_truncated_says_where_and_can_return_what_was_read(tmp_path: Path,
     assert "record 3" in _errline(capsys, [str(f)])
     f.write_bytes(data + b"\x01\x02\x03")  # a cut record header after 3 good records
     assert read_pcap(f, allow_truncated=True).truncated_at == 4
-    assert analyze_main([str(f), "--allow-truncated", "--json"]) == 0
+    assert cli_main(["analyze", str(f), "--allow-truncated", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["truncated_at"] == 4
 
 
@@ -116,10 +116,10 @@ def test_no_tcp(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     h = tmp_path / "hdr.pcap"  # a valid capture of nothing: the global header only
     h.write_bytes(struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 128, 1))
     for path, records in ((f, 1), (h, 0)):
-        assert analyze_main([str(path)]) == 0
+        assert cli_main(["analyze", str(path)]) == 0
         out = capsys.readouterr().out
         assert f"no IPv4 TCP packets in {records} records" in out and "Traceback" not in out
-        assert analyze_main([str(path), "--json", "--per-flow"]) == 0
+        assert cli_main(["analyze", str(path), "--json", "--per-flow"]) == 0
         res = json.loads(capsys.readouterr().out)
         assert res["records"] == records and res["per_flow"] == []
         for key in ("packets", "segments", "retransmits", "timeouts", "loss_probes", "delivered_bytes",
@@ -132,17 +132,17 @@ def test_several_files_one_json_line_each(tmp_path: Path, capsys: pytest.Capture
     good, hdr, bad = tmp_path / "x.pcap", tmp_path / "hdr.pcap", tmp_path / "missing.pcap"
     write_pcap(good)
     hdr.write_bytes(struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 128, 1))
-    assert analyze_main([str(good), str(hdr), "--json"]) == 0
+    assert cli_main(["analyze", str(good), str(hdr), "--json"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert [json.loads(x)["file"] for x in lines] == [str(good), str(hdr)]
     assert json.loads(lines[0])["packets"] == 3 and json.loads(lines[1])["packets"] == 0
     # a bad file among good ones: its error line, the others still counted, exit 2
-    assert analyze_main([str(good), str(bad), "--json"]) == 2
+    assert cli_main(["analyze", str(good), str(bad), "--json"]) == 2
     cap = capsys.readouterr()
     rows = [json.loads(x) for x in cap.out.splitlines()]
     assert rows[0]["packets"] == 3 and "no such file" in rows[1]["error"]
     assert cap.err.count("\n") == 1 and "no such file" in cap.err
-    assert analyze_main([str(good), str(hdr)]) == 0
+    assert cli_main(["analyze", str(good), str(hdr)]) == 0
     text = capsys.readouterr().out
     assert text.count(str(good)) == 1 and text.count(str(hdr)) == 1 and "timeouts" in text
 
@@ -164,16 +164,16 @@ def _option_help(text: str) -> dict[str, str]:
 
 
 def test_help_states_the_defaults(capsys: pytest.CaptureFixture[str]) -> None:
-    from analysis.cli import inspect_main
+    from incastlab.cli import main as cli_main
 
-    for main, flags in ((analyze_main, ("--json", "--per-flow", "--allow-truncated", "--rto-min")),
-                        (inspect_main, ("--around", "--span", "--absolute", "--allow-truncated"))):
-        assert main(["--help"]) == 0
+    for command, flags in (("analyze", ("--json", "--per-flow", "--allow-truncated", "--rto-min")),
+                           ("inspect", ("--around", "--span", "--absolute", "--allow-truncated"))):
+        assert cli_main([command, "--help"]) == 0
         helps = _option_help(capsys.readouterr().out)
         for flag in flags:
             assert "(default:" in helps[flag], flag
     assert "(default: 0.05)" in helps["--span"]
-    assert analyze_main(["--help"]) == 0
+    assert cli_main(["analyze", "--help"]) == 0
     assert "(default: 0.2)" in _option_help(capsys.readouterr().out)["--rto-min"]
 
 

@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from analysis.cli import analyze_main
 from analysis.dequeue import dequeue_gaps, host_link_rate_bps, read_queue_depth
 from analysis.goodput import delivered_bytes
 from analysis.pcapfile import read_pcap
 from analysis.rto import rto_events
 from analysis.tcpopts import read_options
+from incastlab.cli import main as cli_main
 from tests.test_analysis_goodput import tshark_unique_bytes
 from tests.test_analysis_trace import needs_tshark
 
@@ -84,6 +84,6 @@ def test_analyze_an_empty_port_capture(capsys: pytest.CaptureFixture[str]) -> No
     f = RUN / "ring" / "pcap" / "ps-port.pcap"
     if f.stat().st_size != 24:
         pytest.skip("the ring's PS-port capture is not empty in this run")
-    assert analyze_main([str(f), "--json"]) == 0
+    assert cli_main(["analyze", str(f), "--json"]) == 0
     res = json.loads(capsys.readouterr().out)
     assert res["packets"] == 0 and res["timeouts"] == 0 and res["delivered_bytes"] == 0
