@@ -9,13 +9,11 @@ linux-htb makes of a switch port). Then
 - delivered bytes at the receiver against what the application sent;
 - the router port's dequeue gaps while its queue held packets against the configured 20 Mbit/s.
 
-Needs root, tcpdump and nstat; takes /tmp/incastlab-dev.lock (one network experiment at a time on
-the machine) and removes its namespaces afterwards.
+Needs root, tcpdump and nstat; removes its namespaces afterwards.
 """
 
 from __future__ import annotations
 
-import fcntl
 import os
 import re
 import shutil
@@ -48,7 +46,6 @@ RATE_MBIT = 20
 NS_R, NS_B = "ilt-rto-r", "ilt-rto-b"
 NS_S = [f"ilt-rto-s{i}" for i in range(1, SENDERS + 1)]
 B_IP = "10.203.100.1"
-LOCK = "/tmp/incastlab-dev.lock"
 
 RECV = f"""
 import socket, threading
@@ -121,77 +118,76 @@ def _sample_queue(stop: threading.Event, out: list[tuple[float, int]]) -> None:
 @pytest.fixture(scope="module")
 def incast(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, object]]:
     tmp = tmp_path_factory.mktemp("ilt-rto")
-    with open(LOCK, "a") as lock:
-        t_lock = time.time()
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        print(f"lock after {time.time() - t_lock:.1f} s", flush=True)
+    _teardown()
+    procs: list[subprocess.Popen] = []
+    stop = threading.Event()
+    samples: list[tuple[float, int]] = []
+    try:
+        for ns in [NS_R, NS_B, *NS_S]:
+            _sh("ip", "netns", "add", ns)
+        for i, ns in enumerate(NS_S, start=1):
+            _veth(ns, f"ilt-rto-v{i}", f"10.203.{i}.1/24", NS_R, f"ilt-rto-r{i}", f"10.203.{i}.2/24")
+            _nx(ns, "ip", "route", "add", "default", "via", f"10.203.{i}.2")
+        _veth(NS_R, "ilt-rto-rb", "10.203.100.2/24", NS_B, "ilt-rto-vb", f"{B_IP}/24")
+        _nx(NS_B, "ip", "route", "add", "default", "via", "10.203.100.2")
+        _nx(NS_R, "sysctl", "-qw", "net.ipv4.ip_forward=1")
+        _nx(NS_R, "tc", "qdisc", "add", "dev", "ilt-rto-rb", "root", "handle", "1:", "htb",
+            "default", "1")
+        _nx(NS_R, "tc", "class", "add", "dev", "ilt-rto-rb", "parent", "1:", "classid", "1:1", "htb",
+            "rate", f"{RATE_MBIT}mbit")
+        _nx(NS_R, "tc", "qdisc", "add", "dev", "ilt-rto-rb", "parent", "1:1", "handle", "10:", "pfifo",
+            "limit", "10")
+        caps = {ns: tmp / f"{ns}.pcap" for ns in NS_S}
+        caps[NS_B] = tmp / "recv.pcap"
+        caps[NS_R] = tmp / "port.pcap"
+        ifaces = {**{ns: f"ilt-rto-v{i}" for i, ns in enumerate(NS_S, start=1)}, NS_B: "ilt-rto-vb",
+                  NS_R: "ilt-rto-rb"}
+        for ns, f in caps.items():
+            procs.append(subprocess.Popen(
+                ["ip", "netns", "exec", ns, "tcpdump", "-i", ifaces[ns], "-s", "128", "-U",
+                 "--immediate-mode", "-B", "8192", "-w", str(f), "tcp"],
+                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True))
+        for cap in procs:  # each tcpdump says when it listens
+            assert cap.stderr is not None
+            while "listening on" not in (line := cap.stderr.readline()):
+                assert line, "tcpdump exited before it listened"
+        sampler = threading.Thread(target=_sample_queue, args=(stop, samples), daemon=True)
+        sampler.start()
+        r = subprocess.Popen(["ip", "netns", "exec", NS_B, sys.executable, "-c", RECV],
+                             stdout=subprocess.PIPE, text=True)
+        procs.append(r)
+        assert r.stdout is not None and r.stdout.readline().strip() == "ready"
+        senders = [subprocess.Popen(["ip", "netns", "exec", ns, sys.executable, "-c", SEND])
+                   for ns in NS_S]
+        procs.extend(senders)
+        t_run = time.time()
+        for s in senders:
+            assert s.wait(timeout=120) == 0
+        print(f"transfer {time.time() - t_run:.1f} s", flush=True)
+        got = int(r.communicate(timeout=60)[0].strip())
+        time.sleep(0.5)
+        stop.set()
+        sampler.join(timeout=5)
+        errs = []
+        for t in procs[:len(caps)]:
+            t.terminate()
+            errs.append(t.communicate(timeout=10)[1])
+        kernel = {}
+        for i, ns in enumerate(NS_S, start=1):
+            txt = _nx(ns, "nstat", "-az", "-s", "TcpExtTCPTimeouts", "TcpExtTCPLossProbes",
+                      "TcpRetransSegs")
+            kernel[f"10.203.{i}.1"] = {m.group(1): int(m.group(2))
+                                       for m in re.finditer(r"^(\w+)\s+(\d+)", txt, re.M)}
+        dropped = sum(int(x) for e in errs for x in re.findall(r"(\d+) packets dropped by kernel", e))
+        yield {"caps": caps, "received": got, "kernel": kernel, "samples": samples,
+               "tcpdump_drops": dropped}
+    finally:
+        stop.set()
+        for pr in procs:
+            if pr.poll() is None:
+                pr.kill()
+                pr.wait()
         _teardown()
-        procs: list[subprocess.Popen] = []
-        stop = threading.Event()
-        samples: list[tuple[float, int]] = []
-        try:
-            for ns in [NS_R, NS_B, *NS_S]:
-                _sh("ip", "netns", "add", ns)
-            for i, ns in enumerate(NS_S, start=1):
-                _veth(ns, f"ilt-rto-v{i}", f"10.203.{i}.1/24", NS_R, f"ilt-rto-r{i}", f"10.203.{i}.2/24")
-                _nx(ns, "ip", "route", "add", "default", "via", f"10.203.{i}.2")
-            _veth(NS_R, "ilt-rto-rb", "10.203.100.2/24", NS_B, "ilt-rto-vb", f"{B_IP}/24")
-            _nx(NS_B, "ip", "route", "add", "default", "via", "10.203.100.2")
-            _nx(NS_R, "sysctl", "-qw", "net.ipv4.ip_forward=1")
-            _nx(NS_R, "tc", "qdisc", "add", "dev", "ilt-rto-rb", "root", "handle", "1:", "htb",
-                "default", "1")
-            _nx(NS_R, "tc", "class", "add", "dev", "ilt-rto-rb", "parent", "1:", "classid", "1:1", "htb",
-                "rate", f"{RATE_MBIT}mbit")
-            _nx(NS_R, "tc", "qdisc", "add", "dev", "ilt-rto-rb", "parent", "1:1", "handle", "10:", "pfifo",
-                "limit", "10")
-            caps = {ns: tmp / f"{ns}.pcap" for ns in NS_S}
-            caps[NS_B] = tmp / "recv.pcap"
-            caps[NS_R] = tmp / "port.pcap"
-            ifaces = {**{ns: f"ilt-rto-v{i}" for i, ns in enumerate(NS_S, start=1)}, NS_B: "ilt-rto-vb",
-                      NS_R: "ilt-rto-rb"}
-            for ns, f in caps.items():
-                procs.append(subprocess.Popen(
-                    ["ip", "netns", "exec", ns, "tcpdump", "-i", ifaces[ns], "-s", "128", "-U",
-                     "--immediate-mode", "-B", "8192", "-w", str(f), "tcp"],
-                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True))
-            time.sleep(1.0)
-            sampler = threading.Thread(target=_sample_queue, args=(stop, samples), daemon=True)
-            sampler.start()
-            r = subprocess.Popen(["ip", "netns", "exec", NS_B, sys.executable, "-c", RECV],
-                                 stdout=subprocess.PIPE, text=True)
-            procs.append(r)
-            assert r.stdout is not None and r.stdout.readline().strip() == "ready"
-            senders = [subprocess.Popen(["ip", "netns", "exec", ns, sys.executable, "-c", SEND])
-                       for ns in NS_S]
-            procs.extend(senders)
-            t_run = time.time()
-            for s in senders:
-                assert s.wait(timeout=120) == 0
-            print(f"transfer {time.time() - t_run:.1f} s", flush=True)
-            got = int(r.communicate(timeout=60)[0].strip())
-            time.sleep(0.5)
-            stop.set()
-            sampler.join(timeout=5)
-            errs = []
-            for t in procs[:len(caps)]:
-                t.terminate()
-                errs.append(t.communicate(timeout=10)[1])
-            kernel = {}
-            for i, ns in enumerate(NS_S, start=1):
-                txt = _nx(ns, "nstat", "-az", "-s", "TcpExtTCPTimeouts", "TcpExtTCPLossProbes",
-                          "TcpRetransSegs")
-                kernel[f"10.203.{i}.1"] = {m.group(1): int(m.group(2))
-                                           for m in re.finditer(r"^(\w+)\s+(\d+)", txt, re.M)}
-            dropped = sum(int(x) for e in errs for x in re.findall(r"(\d+) packets dropped by kernel", e))
-            yield {"caps": caps, "received": got, "kernel": kernel, "samples": samples,
-                   "tcpdump_drops": dropped}
-        finally:
-            stop.set()
-            for pr in procs:
-                if pr.poll() is None:
-                    pr.kill()
-                    pr.wait()
-            _teardown()
     assert not any(ns.startswith("ilt-rto") for ns in _sh("ip", "netns", "list").split())
 
 
