@@ -110,6 +110,7 @@ def iteration_figure(series: dict[str, dict[str, list[Any]]], color: dict[str, s
     if steps:
         every = max(1, math.ceil(len(steps) / 25))
         ax.set_xticks(steps[::every])
+        ax.set_xlim(steps[0] - 0.6, steps[-1] + 0.6)  # a mark early in the first step stays in view
     ax.set_ylim(bottom=0)
     drawn = draw_marks(ax, marks, to_step)
     ax.set_xlabel("training step")

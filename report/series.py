@@ -76,13 +76,14 @@ def time_to_target(loss: dict[str, list[Any]], target: float) -> float | None:
 # -- controller samples ----------------------------------------------------------------------------
 def counter_rate(series: dict[str, list[QueueStatSample]], key: str, t_start: float | None, t0: float,
                  interval: float) -> dict[str, Any]:
-    """A cumulative counter of several ports as increments per poll, summed over the ports.
+    """A cumulative counter of several ports as increments per poll round, summed over the ports.
 
     Each port counts from its last sample at or before t_start (as the summary's counter deltas do),
     so the increments add up to the summary's total over the same ports. Samples of one poll round
-    (all switches, polled within a fraction of the interval) are one point at their mean time; the
-    rate is the round's increment over the interval."""
-    rounds: dict[int, list[tuple[float, float]]] = {}
+    (all switches, polled within a fraction of the interval) are one point at their mean time; its
+    rate is the round's increment over the time since the ports' previous samples (dt: the interval,
+    or longer after a hole in the statistics)."""
+    rounds: dict[int, list[tuple[float, float, float]]] = {}
     first = min((s[0].t for s in series.values() if s), default=0.0)
     for samples in series.values():
         base = 0
@@ -91,12 +92,12 @@ def counter_rate(series: dict[str, list[QueueStatSample]], key: str, t_start: fl
                 base = i
         for prev, s in zip(samples[base:], samples[base + 1:], strict=False):
             inc = max(0.0, float(getattr(s, key)) - float(getattr(prev, key)))
-            rounds.setdefault(round((s.t - first) / interval), []).append((s.t, inc))
+            rounds.setdefault(round((s.t - first) / interval), []).append((s.t, inc, s.t - prev.t))
     ks = sorted(rounds)
-    return {"t": [statistics.fmean(t for t, _ in rounds[k]) - t0 for k in ks],
-            "count": [sum(v for _, v in rounds[k]) for k in ks],
-            "per_s": [sum(v for _, v in rounds[k]) / interval for k in ks],
-            "total": sum(v for k in ks for _, v in rounds[k])}
+    count = [sum(v for _, v, _ in rounds[k]) for k in ks]
+    dt = [max(statistics.fmean(d for _, _, d in rounds[k]), 1e-6) for k in ks]
+    return {"t": [statistics.fmean(t for t, _, _ in rounds[k]) - t0 for k in ks], "count": count, "dt": dt,
+            "per_s": [c / d for c, d in zip(count, dt, strict=True)], "total": sum(count)}
 
 
 def drops_series(s: StrategyView, ps_port: str, interval: float) -> dict[str, Any]:

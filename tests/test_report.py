@@ -256,7 +256,9 @@ def test_drops_add_up_to_the_summary(built: tuple[Path, dict[str, Any]]) -> None
         d = drops[strategy]
         assert d["fabric"]["total"] == sum(d["fabric"]["count"]) == summary[strategy]["queue_drops_total"]
         assert d["ps_port"]["total"] == summary[strategy]["ps_port_drops"]
-        assert d["fabric"]["per_s"] == pytest.approx([c / interval for c in d["fabric"]["count"]])
+        assert d["fabric"]["per_s"] == pytest.approx([c / t for c, t in zip(d["fabric"]["count"],
+                                                                            d["fabric"]["dt"], strict=True)])
+        assert d["fabric"]["dt"] == pytest.approx([interval] * len(d["fabric"]["dt"]), rel=0.2)
     assert max(drops["ps"]["ps_port"]["per_s"]) > 0 and drops["ring"]["ps_port"]["total"] == 0
 
 
@@ -436,6 +438,11 @@ def test_faults_events_and_gaps(run_copy: Path) -> None:
     after = min(t for t in ts if t >= hole[1])
     assert len(gaps) == 1 and gaps[0]["t0"] == pytest.approx(before - t0) and \
         gaps[0]["t1"] == pytest.approx(after - t0)
+    fabric = res["figures"]["drops_retransmits"]["drops"]["ps"]["fabric"]
+    after_hole = next(i for i, t in enumerate(fabric["t"]) if t > hole[1] - t0)
+    assert fabric["dt"][after_hole] == pytest.approx(after - before, abs=0.1)  # not one poll interval
+    i = after_hole
+    assert fabric["per_s"][i] == pytest.approx(fabric["count"][i] / fabric["dt"][i])
     assert "Faults and events" in res["sections"]
     md = (run_copy / "report.md").read_text()
     assert "| ps | 0.50 | faults.jsonl | link-down lf1-eth1 down |" in md
