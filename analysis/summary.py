@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from runmodel.config import PS_FAMILY, ExperimentConfig
+from runmodel.config import ExperimentConfig, StrategySpec
 from runmodel.fabric import Plan
 from runmodel.folder import RunFolder, StrategyFolder
 from runmodel.records import ControllerSeries, QueueSample, StepRecord, write_json
@@ -357,10 +357,10 @@ def dequeue_check(sf: StrategyFolder, plan: Plan, out: StrategySummary,
     return {"dequeue_port": None, "dequeue_gap_median_over_ideal": None, "dequeue_gaps": 0}
 
 
-def summarize_strategy(sf: StrategyFolder, cfg: ExperimentConfig, plan: Plan,
+def summarize_strategy(sf: StrategyFolder, cfg: ExperimentConfig, plan: Plan, spec: StrategySpec,
                        rto_min_s: float = 0.2) -> StrategySummary:
     """Every figure of one strategy."""
-    from analysis.bounds import comm_bound_s, comm_split
+    from analysis.bounds import comm_bound_s, comm_split, push_then_pull_s
     from analysis.fidelity import cpu_figures, unexplained_loss_share, verdict
 
     out = StrategySummary(grad_bytes=cfg.grad_bytes)
@@ -372,6 +372,9 @@ def summarize_strategy(sf: StrategyFolder, cfg: ExperimentConfig, plan: Plan,
     if out.state == "running":  # a run killed before it could say how the strategy ended
         out.state = "incomplete"
     t_start = float(status.t_start or 0.0) if status else 0.0
+    out.tcp = dict(next(iter((status.tcp if status else {}).values()), {}))
+    if out.tcp.get("rto_min_ms"):
+        rto_min_s = float(out.tcp["rto_min_ms"]) / 1000.0
     logs = {r: wl.steps for r, wl in sf.worker_logs().items()}
     worker_figures(logs, out)
     queue = sf.queue_samples()
@@ -388,7 +391,8 @@ def summarize_strategy(sf: StrategyFolder, cfg: ExperimentConfig, plan: Plan,
     ports = {p.name: p for p in plan.switch_ports()}
     worst = ports.get(out.worst_queue_port or "")
     behind_worst = worst.peer if worst and worst.kind == "host" else None
-    bottleneck = plan.ps_host if sf.name in PS_FAMILY else behind_worst
+    shard_hosts = cfg.shard_hosts(spec)
+    bottleneck = shard_hosts[0] if spec.uses_ps and spec.shards == 1 else behind_worst
     try:
         pcap_figures(sf, plan, out, rto_min_s=rto_min_s, t0=t_start or None, bottleneck=bottleneck)
     except Exception as exc:  # noqa: BLE001 - a broken capture must not lose the other figures
@@ -396,10 +400,10 @@ def summarize_strategy(sf: StrategyFolder, cfg: ExperimentConfig, plan: Plan,
         out.capture_complete = False
     ps_figures(sf, out)
     if out.steps:
-        slowest = min(plan.host(h).rate_mbit for h in cfg.worker_hosts)
-        if sf.name in PS_FAMILY:
-            slowest = min(slowest, plan.host(cfg.fabric.ps_host).rate_mbit)
-        out.bound_s = round(comm_bound_s(sf.name, out.workers, cfg.grad_bytes, slowest), 4)
+        slowest = min(plan.host(h).rate_mbit for h in cfg.worker_hosts + shard_hosts)
+        out.bound_s = round(comm_bound_s(spec, out.workers, cfg.grad_bytes, slowest), 4)
+        ptp = push_then_pull_s(spec, out.workers, cfg.grad_bytes, slowest)
+        out.push_then_pull_s = round(ptp, 4) if ptp is not None else None
         if out.comm_time_s is not None:
             out.comm_split = comm_split(out.comm_time_s, out.bound_s, out.timeout_idle_s or 0.0, out.steps)
     checks: dict[str, Any] = {"unexplained_loss_share": unexplained_loss_share(out.fabric_drops_pcap,
@@ -424,9 +428,10 @@ def summarize(run_dir: Any) -> RunSummary:
     totals = CaptureTotals(enabled=cfg.capture != "none", complete=cfg.capture != "none")
     env = (folder.config_doc() or {}).get("environment") or {}
     rto_min_s = float(env.get("rto_min_ms") or 200.0) / 1000.0
-    for name in cfg.strategies:
+    for spec in cfg.strategy_specs:
+        name = spec.name
         sf = folder.strategy(name)
-        fig = summarize_strategy(sf, cfg, plan, rto_min_s)
+        fig = summarize_strategy(sf, cfg, plan, spec, rto_min_s)
         strategies[name] = fig
         cap = sf.capture()
         for pt in cap.points if cap else []:

@@ -158,6 +158,11 @@ def cmd_experiment(args: argparse.Namespace) -> int:
 
     scenario = Path(args.scenario) if args.scenario else SCENARIO_DIR / f"{args.default_scenario}.json"
     cfg = config_from_args(args, load_scenario(scenario))
+    from topologies.hosttcp import check_cc, check_rto_min
+
+    for spec in cfg.strategy_specs:  # what the kernel cannot do is refused before anything is built
+        check_cc(spec.cc or cfg.cc)
+        check_rto_min(spec.rto_min_ms)
     folder = RunFolder.create(Path(args.results))
     folder.write_config(cfg, scenario=str(scenario))
     say(f"run folder: {folder.path}")

@@ -30,7 +30,7 @@ class Tracked:
     """One launched training process."""
 
     role: str  # "ps" or "worker"
-    rank: int  # -1 for the PS
+    rank: int  # a worker's rank, a PS's shard
     host: str
     proc: Pollable
     stderr: Path
@@ -38,7 +38,10 @@ class Tracked:
     @property
     def label(self) -> str:
         """How errors name it."""
-        return "parameter server" if self.role == "ps" else f"worker {self.rank} ({self.host})"
+        if self.role == "ps":
+            shard = f" shard {self.rank} ({self.host})" if self.rank else ""
+            return "parameter server" + shard
+        return f"worker {self.rank} ({self.host})"
 
     def last_error(self) -> str:
         """The last line it wrote on stderr."""

@@ -29,7 +29,7 @@ class Launcher:
         self.popens: list[subprocess.Popen[bytes]] = []  # aligned with procs
 
     def _start(self, role: str, rank: int, host: str, module: str, extra: list[str]) -> None:
-        err = self.folder.ps_stderr if role == "ps" else self.folder.worker_stderr(rank)
+        err = self.folder.shard_stderr(rank) if role == "ps" else self.folder.worker_stderr(rank)
         argv = [sys.executable, "-u", "-m", module, "--job", str(self.folder.job_file), *extra]
         with open(err, "wb") as ferr:
             popen = self.fabric.host(host).popen(argv, stdout=subprocess.DEVNULL, stderr=ferr)
@@ -39,9 +39,8 @@ class Launcher:
     def start(self) -> list[Tracked]:
         """Write job.json, start the PS (if any), then every worker."""
         self.job.write(self.folder.job_file)
-        if self.job.uses_ps:
-            assert self.job.ps_host is not None
-            self._start("ps", -1, self.job.ps_host, "workloads.ps", [])
+        for shard in self.job.shards:
+            self._start("ps", shard.index, shard.host, "workloads.ps", ["--shard", str(shard.index)])
         for rj in self.job.ranks:
             self._start("worker", rj.rank, rj.host, "workloads.worker", ["--rank", str(rj.rank)])
         return self.procs

@@ -17,7 +17,7 @@ from incastlab.follow import ExperimentError, Follower
 from incastlab.launch import Launcher
 from incastlab.record import Recorder
 from incastlab.session import Session
-from runmodel.config import PS_FAMILY, ExperimentConfig
+from runmodel.config import ExperimentConfig, StrategySpec
 from runmodel.folder import RunFolder, StrategyFolder
 from runmodel.job import job_for
 from runmodel.records import Status, write_json
@@ -29,16 +29,17 @@ POLL_S = 0.5
 class StrategyRun:
     """One strategy's processes, measurements and records in <run>/<strategy>/."""
 
-    def __init__(self, session: Session, cfg: ExperimentConfig, strategy: str, folder: StrategyFolder,
+    def __init__(self, session: Session, cfg: ExperimentConfig, spec: StrategySpec, folder: StrategyFolder,
                  index: int, say: Callable[[str], None]) -> None:
         self.s = session
         self.cfg = cfg
-        self.strategy = strategy
+        self.spec = spec
+        self.strategy = spec.name
         self.folder = folder
         self.say = say
-        self.job = job_for(cfg, session.plan, strategy, index, folder.path)
-        hosts = cfg.worker_hosts if strategy not in PS_FAMILY else [cfg.fabric.ps_host, *cfg.worker_hosts]
-        self.recorder = Recorder(session, cfg, folder, hosts, say)
+        self.job = job_for(cfg, session.plan, spec, index, folder)
+        servers = [k.host for k in self.job.shards if k.host not in cfg.worker_hosts]
+        self.recorder = Recorder(session, cfg, folder, servers + cfg.worker_hosts, say)
         self.launcher = Launcher(session.fabric, folder, self.job)
         self.follower: Follower | None = None
         self.injector: FaultInjector | None = None
@@ -75,10 +76,18 @@ class StrategyRun:
                                       f"(workers at steps {check.done})")
             time.sleep(POLL_S)
 
+    def _tcp(self) -> tuple[str, float | None]:
+        """The congestion control and minimum RTO this variant runs with."""
+        return self.spec.cc or self.cfg.cc, self.spec.rto_min_ms
+
     def run(self) -> Status:
         """Run the strategy; always leaves status.json saying how it ended."""
         self.folder.path.mkdir(parents=True, exist_ok=True)
         self.folder.write_status(Status("running"))
+        special = self.spec.cc is not None or self.spec.rto_min_ms is not None
+        if special:  # this variant's TCP in every host, for this strategy only
+            self.s.set_tcp(*self._tcp())
+        tcp = self.s.host_tcp()
         self._phase(state="starting", step=0)
         state, error, interrupted = "incomplete", None, False
         t_start = t_end = time.time()
@@ -92,7 +101,7 @@ class StrategyRun:
                 self.injector.start()
             procs = self.launcher.start()
             self.follower = Follower(self.strategy, procs, self.launcher.steps_done,
-                                     carry_on_without_workers=self.strategy == "async")
+                                     carry_on_without_workers=self.spec.kind == "async")
             self._follow()
             state = "complete"
         except ExperimentError as exc:
@@ -110,8 +119,10 @@ class StrategyRun:
                 if not interrupted and not self.s.controller.alive():
                     self.s.controller.start()
             self.recorder.stop(t_start, t_end)
+            if special:
+                self.s.restore_tcp(rto_changed=self.spec.rto_min_ms is not None)
             lost = self.follower.lost if self.follower is not None else {}
-            status = Status(state, error, t_start, t_end, {str(r): w for r, w in lost.items()})
+            status = Status(state, error, t_start, t_end, {str(r): w for r, w in lost.items()}, tcp)
             self.folder.write_status(status)
             self._phase(state="done" if state == "complete" else state, step=None)
         return status
@@ -126,9 +137,10 @@ def run_experiment(session: Session, cfg: ExperimentConfig, folder: RunFolder,
     """
     outcomes: dict[str, Status] = {}
     write_json(folder.topology_file, session.controller.get("/api/topology"))
-    for k, strategy in enumerate(cfg.strategies):
-        say(f"{strategy}: starting {cfg.n_workers} workers ({k + 1}/{len(cfg.strategies)} strategies)")
-        status = StrategyRun(session, cfg, strategy, folder.strategy(strategy), k, say).run()
-        outcomes[strategy] = status
-        say(f"{strategy}: done in {(status.t_end or 0) - (status.t_start or 0):.1f} s")
+    specs = cfg.strategy_specs
+    for k, spec in enumerate(specs):
+        say(f"{spec.name}: starting {cfg.n_workers} workers ({k + 1}/{len(specs)} strategies)")
+        status = StrategyRun(session, cfg, spec, folder.strategy(spec.name), k, say).run()
+        outcomes[spec.name] = status
+        say(f"{spec.name}: done in {(status.t_end or 0) - (status.t_start or 0):.1f} s")
     return outcomes

@@ -7,6 +7,7 @@ leftovers of a crashed run) and teardown live in one place.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.metadata
 import os
 import platform
@@ -17,6 +18,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 from controller.launch import ControllerProcess
 from incastlab.cleanup import MARKER, find_leftovers, kill_pids, run_pids
@@ -24,6 +26,7 @@ from runmodel.config import ControllerOptions, RunEnvironment
 from runmodel.fabric import Plan
 from topologies import hosttcp
 from topologies.fabric import Fabric, ensure_ovs
+from topologies.hosttcp import DEFAULT_RTO_MIN_MS
 
 
 class SessionError(RuntimeError):
@@ -99,9 +102,11 @@ def preflight(cc: str | None = None, rto_min_ms: float | None = None) -> None:
 class Session:
     """The running parts of one session: the fabric and its controller."""
 
-    def __init__(self, fabric: Fabric, controller: ControllerProcess) -> None:
+    def __init__(self, fabric: Fabric, controller: ControllerProcess,
+                 tcp: tuple[str, float | None] | None = None) -> None:
         self.fabric = fabric
         self.controller = controller
+        self.tcp = tcp  # the session's TCP settings (congestion control, minimum RTO or None)
 
     @property
     def plan(self) -> Plan:
@@ -113,6 +118,18 @@ class Session:
         for name in hosts or self.plan.host_names:
             host = self.plan.host(name)
             hosttcp.apply(self.fabric.host(name).shell.pid, host.nic, host.ip, cc, rto_min_ms)
+
+    def host_tcp(self) -> dict[str, Any]:
+        """Every host's congestion control and minimum RTO as its kernel reports them now."""
+        return {name: dataclasses.asdict(hosttcp.read(self.fabric.host(name).shell.pid))
+                for name in self.plan.host_names}
+
+    def restore_tcp(self, rto_changed: bool) -> None:
+        """Back to the session's own TCP settings (after a variant that ran with its own)."""
+        cc, rto = self.tcp or ("cubic", None)
+        if rto is None and rto_changed:
+            rto = DEFAULT_RTO_MIN_MS
+        self.set_tcp(cc, rto)
 
     def environment(self) -> RunEnvironment:
         """What the machine gave this session: datapath, kernel, cores, the hosts' TCP."""
@@ -175,7 +192,7 @@ def fabric_session(plan: Plan, options: ControllerOptions, workdir: Path, record
         fabric.start()
         fabric.wait_connected()
         say(f"fabric up in {time.monotonic() - t0:.1f} s ({fabric.datapath} datapath)")
-        sess = Session(fabric, controller)
+        sess = Session(fabric, controller, tcp)
         if tcp is not None:
             sess.set_tcp(*tcp)
         if ping:

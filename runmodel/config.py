@@ -15,12 +15,12 @@ from typing import Any
 from runmodel import SCHEMA
 from runmodel.fabric import FabricSpec, Plan, build_plan
 from runmodel.params import ParamError, number, param, refuse_unknown, whole
+from runmodel.strategy import COLLECTIVES, CONGESTION_CONTROLS, KINDS, PS_FAMILY, StrategySpec
 
-PS_FAMILY = ("ps", "async", "ssp", "backup")
-COLLECTIVES = ("ring", "allreduce")
-STRATEGIES = PS_FAMILY + COLLECTIVES
+__all__ = ["COLLECTIVES", "PS_FAMILY", "ControllerOptions", "ExperimentConfig", "RunEnvironment", "Straggler",
+           "StrategySpec", "load_scenario"]
+
 CAPTURES = ("all", "ps-port", "none")
-CONGESTION_CONTROLS = ("cubic", "reno", "bbr", "dctcp")
 
 
 def split_commas(text: str) -> tuple[str, ...]:
@@ -121,7 +121,9 @@ class ExperimentConfig:
     fabric: FabricSpec = param(factory=FabricSpec, cli=False)
     controller: ControllerOptions = param(factory=ControllerOptions, cli=False)
     workers: int = param(0, "number of workers (0: every host but the PS)")
-    strategies: tuple[str, ...] = param(("ps", "ring"), "comma-separated: " + ",".join(STRATEGIES),
+    strategies: tuple[str, ...] = param(("ps", "ring"), "comma-separated: " + ",".join(KINDS) + "; a "
+                                        "variant takes options, e.g. ps:shards=4, ps:rto_min_ms=1, "
+                                        "ring:cc=bbr, ps:shards=2:placement=colocated",
                                         parse=split_commas, metavar="S1,S2")
     steps: int = param(10, "training steps per strategy")
     grad_mb: float = param(0.5, "gradient size, MiB of float32 (what each worker exchanges per step)")
@@ -151,9 +153,46 @@ class ExperimentConfig:
 
     # -- derived ------------------------------------------------------------------------------
     @property
+    def strategy_specs(self) -> list[StrategySpec]:
+        """The strategies with their options, in run order."""
+        return [StrategySpec.parse(s) for s in self.strategies]
+
+    def shard_hosts(self, spec: StrategySpec) -> list[str]:
+        """The PS hosts of a PS-family variant: shard k on its own host (dedicated: the PS host's
+        position on leaves spread evenly from the PS host's leaf on; colocated: on worker k's host)."""
+        if not spec.uses_ps:
+            return []
+        if spec.placement == "colocated":
+            return self.worker_hosts[: spec.shards]
+        per, leaves = self.fabric.hosts_per_leaf, self.fabric.leaves
+        leaf0, offset = divmod(int(self.fabric.ps_host[1:]) - 1, per)
+        k = spec.shards
+        if k <= leaves:  # one per leaf, the leaves spread evenly over the fabric
+            return [f"h{((leaf0 + (i * leaves) // k) % leaves) * per + offset + 1}" for i in range(k)]
+        order = [f"h{((leaf0 + j) % leaves) * per + (offset + r) % per + 1}"
+                 for r in range(per) for j in range(leaves)]
+        return order[:k]
+
+    @property
+    def server_hosts(self) -> list[str]:
+        """Hosts no worker may use: the PS host and every dedicated shard host of the run."""
+        out = [self.fabric.ps_host]
+        for spec in self._specs_or_empty():
+            if spec.dedicated_shards:
+                out += [h for h in self.shard_hosts(spec) if h not in out]
+        return out
+
+    def _specs_or_empty(self) -> list[StrategySpec]:
+        try:
+            return self.strategy_specs
+        except ParamError:
+            return []
+
+    @property
     def candidate_hosts(self) -> list[str]:
-        """Every host but the PS, in name order: where workers may run."""
-        return [h for h in self.fabric.host_names if h != self.fabric.ps_host]
+        """Every host but the PS hosts, in name order: where workers may run."""
+        servers = set(self.server_hosts)
+        return [h for h in self.fabric.host_names if h not in servers]
 
     @property
     def n_workers(self) -> int:
@@ -184,20 +223,28 @@ class ExperimentConfig:
     def validate(self) -> None:
         """Refuse a run that cannot happen, naming the field."""
         self.controller.validate()
+        if not self.strategies:
+            raise ParamError("strategies: name at least one")
+        for spec in self.strategy_specs:
+            if spec.dedicated_shards > self.fabric.n_hosts - 2:
+                raise ParamError(f"strategies: {spec.name}: {spec.shards} shards need {spec.shards} PS hosts "
+                                 f"and 2 workers, the fabric has {self.fabric.n_hosts} hosts")
         whole("workers", self.workers, 0)
         others = self.candidate_hosts
         if self.workers > len(others):
-            raise ParamError(f"workers must be 1..{len(others)} (hosts but the PS), got {self.workers}")
+            raise ParamError(f"workers must be 1..{len(others)} (hosts but the PS hosts "
+                             f"{', '.join(self.server_hosts)}), got {self.workers}")
         n = self.n_workers
         if n < 2:
             raise ParamError(f"workers: data-parallel training needs at least 2 workers, got {n}")
         if not self.strategies:
             raise ParamError("strategies: name at least one")
-        for s in self.strategies:
-            if s not in STRATEGIES:
-                raise ParamError(f"strategies: unknown strategy {s!r} (known: {', '.join(STRATEGIES)})")
-        if len(set(self.strategies)) != len(self.strategies):
+        names = [spec.name for spec in self.strategy_specs]
+        if len(set(names)) != len(names):
             raise ParamError("strategies: each strategy may appear once")
+            if spec.placement == "colocated" and spec.shards > n:
+                raise ParamError(f"strategies: {spec.name}: colocated shards must be at most the "
+                                 f"{n} workers")
         whole("steps", self.steps, 1)
         number("grad_mb", self.grad_mb, 0, 256, lo_open=True)
         whole("batch", self.batch, 1)

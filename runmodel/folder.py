@@ -37,6 +37,7 @@ from runmodel.records import (
     read_worker_log,
     write_json,
 )
+from runmodel.strategy import StrategySpec
 
 _WORKER_RE = re.compile(r"^worker-(\d+)\.jsonl$")
 
@@ -57,9 +58,16 @@ class StrategyFolder:
         """worker-<rank>.stderr."""
         return self.path / f"worker-{rank}.stderr"
 
+    def shard_log(self, k: int) -> Path:
+        """Events of PS shard k: ps.jsonl for the first (the only one of an unsharded PS)."""
+        return self.path / ("ps.jsonl" if k == 0 else f"ps-{k}.jsonl")
+
+    def shard_stderr(self, k: int) -> Path:
+        """stderr of PS shard k."""
+        return self.path / ("ps.stderr" if k == 0 else f"ps-{k}.stderr")
+
     job_file = property(lambda self: self.path / "job.json", doc="what the processes were told")
-    ps_log = property(lambda self: self.path / "ps.jsonl", doc="parameter-server events")
-    ps_stderr = property(lambda self: self.path / "ps.stderr", doc="the PS's stderr")
+    ps_log = property(lambda self: self.shard_log(0), doc="parameter-server events (of its first shard)")
     status_file = property(lambda self: self.path / "status.json", doc="how the strategy ended")
     timeseries_file = property(lambda self: self.path / "timeseries.jsonl", doc="controller samples")
     queue_depth_file = property(lambda self: self.path / "queue_depth.jsonl", doc="qdisc samples")
@@ -167,8 +175,8 @@ class RunFolder:
     figures_dir = property(lambda self: self.path / "figures", doc="the report's PNGs")
 
     def strategy(self, name: str) -> StrategyFolder:
-        """The folder of one strategy (not created)."""
-        return StrategyFolder(self.path / name, name)
+        """The folder of one strategy variant, by its name (ps, ps:shards=4; not created)."""
+        return StrategyFolder(self.path / StrategySpec.parse(name).folder, name)
 
     def write_config(self, cfg: ExperimentConfig, **extra: Any) -> None:
         """config.json: the parameters (and what else the runner knows, e.g. the environment)."""

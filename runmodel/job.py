@@ -12,8 +12,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from runmodel.config import PS_FAMILY, ExperimentConfig
+from runmodel.config import PS_FAMILY, ExperimentConfig, StrategySpec
 from runmodel.fabric import Plan
+from runmodel.folder import StrategyFolder
 
 GLOO_PORT = 29500  # + the strategy's index in the run: each strategy gets fresh ports
 PS_PORT = 29600
@@ -33,6 +34,17 @@ class RankJob:
 
 
 @dataclass(frozen=True)
+class ShardJob:
+    """One parameter-server process: shard `index` of `of` (the model split evenly, ps-lite style)."""
+
+    index: int
+    host: str
+    addr: str
+    port: int
+    log: str
+
+
+@dataclass(frozen=True)
 class JobSpec:
     """One strategy's processes: every worker, and the PS of the PS family."""
 
@@ -47,17 +59,22 @@ class JobSpec:
     compute_ms: float
     staleness: int
     backup: int
-    master_addr: str  # the PS (PS family) or rank 0 (collectives)
+    master_addr: str  # rank 0 (collectives) or the first shard (PS family)
     master_port: int
     ranks: tuple[RankJob, ...]
-    ps_host: str | None = None
+    shards: tuple[ShardJob, ...] = ()  # PS family: one process per shard
     ps_bind: str = "0.0.0.0"
-    ps_log: str = ""
 
     @property
     def uses_ps(self) -> bool:
         """True for the PS family."""
         return self.strategy in PS_FAMILY
+
+    def shard(self, k: int) -> ShardJob:
+        """One shard's part (ValueError if there is no such shard)."""
+        if not 0 <= k < len(self.shards):
+            raise ValueError(f"shard {k} outside the job's {len(self.shards)} shards")
+        return self.shards[k]
 
     def rank(self, r: int) -> RankJob:
         """One worker's part (ValueError outside the world)."""
@@ -74,6 +91,7 @@ class JobSpec:
         """From job.json."""
         doc = dict(doc)
         doc["ranks"] = tuple(RankJob(**r) for r in doc["ranks"])
+        doc["shards"] = tuple(ShardJob(**k) for k in doc.get("shards", ()))
         return cls(**doc)
 
     def write(self, path: Path) -> None:
@@ -87,9 +105,9 @@ class JobSpec:
         return cls.from_dict(json.loads(Path(path).read_text()))
 
 
-def job_for(cfg: ExperimentConfig, plan: Plan, strategy: str, index: int, out_dir: Path) -> JobSpec:
-    """The job of the `index`-th strategy of the run, its logs in `out_dir`."""
-    ps = strategy in PS_FAMILY
+def job_for(cfg: ExperimentConfig, plan: Plan, spec: StrategySpec, index: int,
+            folder: StrategyFolder) -> JobSpec:
+    """The job of the `index`-th strategy of the run, its logs in its folder."""
     ranks = []
     for rank, host in enumerate(cfg.worker_hosts):
         st = cfg.straggler(host)
@@ -97,11 +115,12 @@ def job_for(cfg: ExperimentConfig, plan: Plan, strategy: str, index: int, out_di
                              slow_every=st.slow_every if st else 0,
                              slow_factor=st.slow_factor if st else 1.0,
                              compute_factor=st.compute_factor if st else 1.0,
-                             log=str(out_dir / f"worker-{rank}.jsonl")))
-    master = plan.host(cfg.fabric.ps_host if ps else cfg.worker_hosts[0]).ip
-    return JobSpec(strategy=strategy, world=cfg.n_workers, steps=cfg.steps, grad_mb=cfg.grad_mb,
+                             log=str(folder.worker_log(rank))))
+    port = (PS_PORT if spec.uses_ps else GLOO_PORT) + index
+    shards = tuple(ShardJob(k, host, plan.host(host).ip, port, str(folder.shard_log(k)))
+                   for k, host in enumerate(cfg.shard_hosts(spec)))
+    master = shards[0].addr if shards else plan.host(cfg.worker_hosts[0]).ip
+    return JobSpec(strategy=spec.kind, world=cfg.n_workers, steps=cfg.steps, grad_mb=cfg.grad_mb,
                    batch=cfg.batch, lr=cfg.lr, seed=cfg.seed, timeout=cfg.timeout, compute_ms=cfg.compute_ms,
-                   staleness=cfg.staleness, backup=cfg.backup, master_addr=master,
-                   master_port=(PS_PORT if ps else GLOO_PORT) + index, ranks=tuple(ranks),
-                   ps_host=cfg.fabric.ps_host if ps else None,
-                   ps_log=str(out_dir / "ps.jsonl") if ps else "")
+                   staleness=cfg.staleness, backup=cfg.backup, master_addr=master, master_port=port,
+                   ranks=tuple(ranks), shards=shards)

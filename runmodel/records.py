@@ -272,6 +272,7 @@ class Status:
     t_start: float | None = None
     t_end: float | None = None
     lost_workers: dict[str, str] = field(default_factory=dict)  # async: rank -> why it went on without
+    tcp: dict[str, Any] = field(default_factory=dict)  # what the hosts' TCP ran with, read from the kernel
 
     def to_dict(self) -> dict[str, Any]:
         """status.json."""

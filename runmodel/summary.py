@@ -138,14 +138,21 @@ class StrategySummary:
         "over the leaves whose uplinks carried traffic, the largest (max - min) / max of one leaf's uplink "
         "tx bytes: 0 when ECMP spread a leaf's traffic evenly over the spines, 1 when a spine got none",
         source=C)
+    tcp: dict[str, Any] = metric("the congestion control and minimum RTO the hosts' TCP ran with, read "
+                                 "back from the kernel when the strategy started", factory=dict,
+                                 source="status.json")
     timeout_idle_s: float | None = metric(
         "seconds the strategy's bottleneck host (PS family: the PS; collectives: the host behind the "
         "worst queue) saw no data packet in either direction for > 2 ms while some flow sat in a timeout: "
         "what the timeouts cost the step", source=P)
     bound_s: float | None = metric(
-        "the communication lower bound of one step: PS family 2 N S / B (every gradient in, then every "
-        "model out, through the PS host's link), ring and allreduce 2 (N - 1) S / (N B); N workers, S the "
-        "gradient's wire bytes (payload x 1514/1448 for headers), B the slowest host link's rate",
+        "the communication lower bound of one step (analysis/bounds.py): ps, ssp, backup (N + 1) S / B "
+        "(full-duplex PS link: the next step's pushes overlap this step's pulls); async N S / B; over K "
+        "dedicated shards divided by K; over K colocated shards (S (K - 1) + (N - 1) S) / (K B); ring and "
+        "allreduce 2 (N - 1) S / (N B); N workers, S the gradient's wire bytes (payload x 1514/1448), B "
+        "the slowest host link's rate", source="config.json")
+    push_then_pull_s: float | None = metric(
+        "PS family: 2 N S / (K B), a step when no push overlaps a pull (the textbook PS time)",
         source="config.json")
     comm_split: dict[str, float] = metric(
         "comm_time_s split into bound_s, timeouts_s (timeout_idle_s / steps) and rest_s (what is left: "

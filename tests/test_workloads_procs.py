@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 import torch
 
-from runmodel.job import JobSpec, RankJob
+from runmodel.job import JobSpec, RankJob, ShardJob
 from runmodel.records import read_jsonl
 from tests.waiting import wait_for
-from workloads.model import ModelSpec, init_weights, loss_and_grad, make_batch
+from workloads.model import ModelSpec, init_weights, loss_and_grad, make_batch, shard_bounds
 from workloads.psproto import HEADER
 
 REPO = Path(__file__).resolve().parents[1]
@@ -62,9 +62,10 @@ class Job:
     backup: int = 1
     slow: dict[int, tuple[int, float]] = field(default_factory=dict)  # rank -> (slow_every, factor)
     worker_timeout: dict[int, float] = field(default_factory=dict)
-    ps_flags: list[str] = field(default_factory=list)
+    shards: int = 1
+    ps_flags: dict[int, list[str]] = field(default_factory=dict)  # shard -> extra flags
     worker_flags: dict[int, list[str]] = field(default_factory=dict)
-    ps: subprocess.Popen[str] | None = None
+    servers: list[subprocess.Popen[str]] = field(default_factory=list)
     workers: list[subprocess.Popen[str]] = field(default_factory=list)
 
     def worker_log(self, rank: int) -> Path:
@@ -74,26 +75,33 @@ class Job:
     def ps_log(self) -> Path:
         return self.folder / "ps.jsonl"
 
-    def spec(self, port: int, timeout: float) -> JobSpec:
+    @property
+    def ps(self) -> subprocess.Popen[str] | None:
+        return self.servers[0] if self.servers else None
+
+    def spec(self, ports: list[int], timeout: float) -> JobSpec:
         ranks = tuple(RankJob(r, f"h{r + 2}", "lo", slow_every=self.slow.get(r, (0, 1.0))[0],
                               slow_factor=self.slow.get(r, (0, 1.0))[1], log=str(self.worker_log(r)))
                       for r in range(WORLD))
         return JobSpec(strategy=self.strategy, world=WORLD, steps=self.steps, grad_mb=GRAD_MB,
                        batch=self.batch, lr=self.lr, seed=SEED, timeout=timeout, compute_ms=self.compute_ms,
                        staleness=self.staleness, backup=self.backup, master_addr="127.0.0.1",
-                       master_port=port, ranks=ranks, ps_host="h1" if self.strategy in PS_FAMILY else None,
-                       ps_bind="127.0.0.1", ps_log=str(self.ps_log))
+                       master_port=ports[0], ranks=ranks, ps_bind="127.0.0.1",
+                       shards=tuple(ShardJob(k, "h1", "127.0.0.1", ports[k],
+                                             str(self.ps_log if k == 0 else self.folder / f"ps-{k}.jsonl"))
+                                    for k in range(self.shards)) if self.strategy in PS_FAMILY else ())
 
     def start(self) -> Job:
         self.folder.mkdir(parents=True, exist_ok=True)
-        port = free_port()
+        ports = [free_port() for _ in range(self.shards)]
         files = {}
         for t in {self.timeout, *self.worker_timeout.values()}:
             files[t] = self.folder / f"job-{t:g}.json"
-            self.spec(port, t).write(files[t])
+            self.spec(ports, t).write(files[t])
         main = files[self.timeout]
         if self.strategy in PS_FAMILY:
-            self.ps = spawn(["workloads.ps", "--job", str(main), *self.ps_flags])
+            self.servers = [spawn(["workloads.ps", "--job", str(main), "--shard", str(k),
+                                   *self.ps_flags.get(k, [])]) for k in range(self.shards)]
         for r in range(WORLD):
             job_file = files[self.worker_timeout.get(r, self.timeout)]
             self.workers.append(spawn(["workloads.worker", "--job", str(job_file), "--rank", str(r),
@@ -101,7 +109,7 @@ class Job:
         return self
 
     def procs(self) -> list[subprocess.Popen[str]]:
-        return ([self.ps] if self.ps else []) + self.workers
+        return self.servers + self.workers
 
     def finish(self) -> list[tuple[int, str, str]]:
         """(exit code, stdout, stderr) of every process, PS first."""
@@ -146,33 +154,40 @@ def sync_jobs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Job]:
     """One short run of each synchronous strategy, with step 0's averaged gradient dumped."""
     base = tmp_path_factory.mktemp("sync")
     jobs = {}
-    for strategy in ("ps", "ring", "allreduce"):
-        folder = base / strategy
-        job = Job(strategy, folder, steps=5)
+    for strategy, shards in (("ps", 1), ("ring", 1), ("allreduce", 1), ("ps", 3)):
+        name = strategy if shards == 1 else f"{strategy}:shards={shards}"
+        folder = base / name.replace(":", "_")
+        job = Job(strategy, folder, steps=5, shards=shards)
         if strategy == "ps":
-            job.ps_flags = ["--dump-grad", str(folder / "grad-ps.npy")]
+            job.ps_flags = {k: ["--dump-grad", str(folder / f"grad-ps-{k}.npy")] for k in range(shards)}
         else:
             job.worker_flags = {r: ["--dump-grad", str(folder / f"grad-{r}.npy")] for r in range(WORLD)}
-        jobs[strategy] = run_ok(job)
+        jobs[name] = run_ok(job)
     return jobs
 
 
-@pytest.mark.parametrize("strategy", ["ps", "ring", "allreduce"])
+@pytest.mark.parametrize("strategy", ["ps", "ring", "allreduce", "ps:shards=3"])
 def test_exchange_produces_the_local_average_gradient(sync_jobs: dict[str, Job], strategy: str) -> None:
-    folder = sync_jobs[strategy].folder
-    dumps = [folder / "grad-ps.npy"] if strategy == "ps" else [folder / f"grad-{r}.npy" for r in range(WORLD)]
+    job = sync_jobs[strategy]
     expected = local_step0_average()
     assert expected.abs().max() > 0
-    for d in dumps:
-        got = torch.from_numpy(np.load(d))
+    if job.strategy == "ps":  # the shards' slices, in order, are the whole averaged gradient
+        dumps = [job.folder / f"grad-ps-{k}.npy" for k in range(job.shards)]
+        grads = [torch.cat([torch.from_numpy(np.load(d)) for d in dumps])]
+        bounds = shard_bounds(expected.numel(), job.shards)
+        assert [np.load(d).size for d in dumps] == [b - a for a, b in bounds]
+    else:
+        grads = [torch.from_numpy(np.load(job.folder / f"grad-{r}.npy")) for r in range(WORLD)]
+    for got in grads:
         assert got.shape == expected.shape
-        assert torch.allclose(got, expected, rtol=1e-5, atol=1e-7), f"{d.name} differs"
+        assert torch.allclose(got, expected, rtol=1e-5, atol=1e-7), f"{strategy} differs"
 
 
-def test_ps_ring_and_allreduce_reach_the_same_losses(sync_jobs: dict[str, Job]) -> None:
-    ps, ring, allreduce = (sync_jobs[s].losses() for s in ("ps", "ring", "allreduce"))
+def test_ps_ring_allreduce_and_a_sharded_ps_reach_the_same_losses(sync_jobs: dict[str, Job]) -> None:
+    ps, ring, allreduce, sharded = (sync_jobs[s].losses() for s in ("ps", "ring", "allreduce", "ps:shards=3"))
     assert ps.shape == (WORLD, 5)
     assert np.allclose(ps, ring, rtol=1e-4) and np.allclose(ps, allreduce, rtol=1e-4)
+    assert np.allclose(ps, sharded, rtol=1e-5)
     assert ps[:, -1].mean() < ps[:, 0].mean()  # and they actually trained
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from runmodel.params import ParamError
 
 CC_KEY = "net/ipv4/tcp_congestion_control"
+DEFAULT_RTO_MIN_MS = 200.0  # Linux's TCP_RTO_MIN
 RTO_MIN_KEY = "net/ipv4/tcp_rto_min_us"
 
 

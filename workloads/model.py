@@ -57,6 +57,14 @@ class ModelSpec:
         return w[:o1].view(d, h), w[o1:o2], w[o2:o3].view(h, c), w[o3:]
 
 
+def shard_bounds(nparams: int, shards: int) -> list[tuple[int, int]]:
+    """[start, stop) of each shard of a flat parameter vector, split as evenly as possible (ps-lite)."""
+    if not 1 <= shards <= nparams:
+        raise ValueError(f"cannot split {nparams} parameters into {shards} shards")
+    cuts = [nparams * k // shards for k in range(shards + 1)]
+    return list(zip(cuts[:-1], cuts[1:], strict=True))
+
+
 def _generator(*key: int) -> torch.Generator:
     """An independent torch RNG stream per (seed, purpose, ...) so streams never overlap."""
     state = np.random.SeedSequence([int(k) for k in key]).generate_state(2, dtype=np.uint32)

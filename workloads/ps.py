@@ -30,7 +30,7 @@ import torch
 from runmodel.job import JobSpec
 from runmodel.records import JsonlWriter, PsDone
 from workloads.errors import STARTUP_GRACE_S, WorkloadError
-from workloads.model import ModelSpec, init_weights, sgd_
+from workloads.model import ModelSpec, init_weights, sgd_, shard_bounds
 from workloads.pscore import PSCore
 from workloads.psproto import (
     Header,
@@ -58,6 +58,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """The PS's own options; every training parameter comes from the job file."""
     p = argparse.ArgumentParser(prog="python -m workloads.ps", description=__doc__)
     p.add_argument("--job", required=True, type=Path, help="the strategy's job.json (runmodel.job)")
+    p.add_argument("--shard", type=int, default=0, help="which shard of the model this PS holds (default: 0)")
     p.add_argument("--bind", default=None, help="listen address (default: the job's ps_bind)")
     p.add_argument("--dump-grad", default=None, help="debug: save the first applied averaged gradient (.npy)")
     return p.parse_args(argv)
@@ -66,7 +67,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 class ParameterServer:
     """Runs one training job to completion or raises WorkloadError naming what failed."""
 
-    def __init__(self, job: JobSpec, log: JsonlWriter, bind: str, dump_grad: str | None = None) -> None:
+    def __init__(self, job: JobSpec, log: JsonlWriter, bind: str, dump_grad: str | None = None,
+                 shard: int = 0) -> None:
         self.job = job
         self.log = log
         self.bind = bind
@@ -76,15 +78,18 @@ class ParameterServer:
             self.core = PSCore(job.strategy, job.world, job.steps, job.staleness, backup)
         except ValueError as exc:
             raise WorkloadError(str(exc)) from None
-        self.spec = ModelSpec.from_grad_mb(job.grad_mb)
-        self.weights = init_weights(self.spec, job.seed)
+        spec = ModelSpec.from_grad_mb(job.grad_mb)
+        self.lo, self.hi = shard_bounds(spec.nparams, max(1, len(job.shards)))[shard]
+        self.nparams = self.hi - self.lo  # this shard's slice of the model
+        self.weights = init_weights(spec, job.seed)[self.lo:self.hi].clone()
         self.events: queue.Queue[tuple[str, int, object]] = queue.Queue()
         self.conns: dict[int, _Conn] = {}
         self.pending: dict[int, np.ndarray] = {}
         self._snapshot: tuple[int, bytes] | None = None
         self._dumped = False
         self._closing = threading.Event()
-        self.listener = socket.create_server((bind, job.master_port), backlog=max(16, job.world * 2))
+        self.listener = socket.create_server((bind, job.shard(shard).port if job.shards else job.master_port),
+                                             backlog=max(16, job.world * 2))
 
     # --- threads -------------------------------------------------------------------------------
     def _accept_loop(self) -> None:
@@ -106,8 +111,8 @@ class ParameterServer:
             return
         if h.kind != Kind.HELLO:
             self.events.put(("fatal", -1, f"{peer} opened with {h.kind.name} instead of HELLO"))
-        elif h.arg != self.spec.nparams:
-            msg = f"worker {h.rank} has {h.arg} parameters, PS has {self.spec.nparams} (different --grad-mb?)"
+        elif h.arg != self.nparams:
+            msg = f"worker {h.rank} has {h.arg} parameters, PS has {self.nparams} (different --grad-mb?)"
             send_msg(sock, Header(Kind.ERROR), msg.encode())
             self.events.put(("fatal", h.rank, msg))
         else:
@@ -152,7 +157,7 @@ class ParameterServer:
         self.core.heard(rank, time.monotonic())  # its silence counts from now on
 
     def _apply(self, ranks: list[int]) -> None:
-        acc = torch.zeros(self.spec.nparams)
+        acc = torch.zeros(self.nparams)
         for r in sorted(ranks):  # fixed order: the result does not depend on arrival order
             acc += torch.from_numpy(self.pending.pop(r))
         acc /= len(ranks)
@@ -253,8 +258,8 @@ class ParameterServer:
                 d = self.core.push(rank, h.step, h.version)
             except ValueError as exc:
                 raise WorkloadError(f"protocol error from worker {rank} ({c.peer}): {exc}") from None
-            if grad.size != self.spec.nparams:
-                raise WorkloadError(f"worker {rank} pushed {grad.size} values, expected {self.spec.nparams}")
+            if grad.size != self.nparams:
+                raise WorkloadError(f"worker {rank} pushed {grad.size} values, expected {self.nparams}")
             if d.keep:
                 self.pending[rank] = grad
             if d.apply:
@@ -295,20 +300,21 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
         job = JobSpec.load(args.job)
+        me = job.shard(args.shard)
     except (OSError, ValueError, KeyError, TypeError) as exc:
         print(f"parameter server: cannot read job {args.job}: {exc}", file=sys.stderr)
         return 2
     bind = args.bind or job.ps_bind
-    where = f"{bind}:{job.master_port}"
+    where = f"{bind}:{me.port}" + (f" (shard {me.index} of {len(job.shards)})" if len(job.shards) > 1 else "")
     try:
-        log = JsonlWriter(Path(job.ps_log))
+        log = JsonlWriter(Path(me.log))
     except OSError as exc:
-        print(f"parameter server: cannot open log {job.ps_log}: {exc.strerror}", file=sys.stderr)
+        print(f"parameter server: cannot open log {me.log}: {exc.strerror}", file=sys.stderr)
         return 2
     server: ParameterServer | None = None
     try:
         try:
-            server = ParameterServer(job, log, bind, args.dump_grad)
+            server = ParameterServer(job, log, bind, args.dump_grad, args.shard)
         except OSError as exc:
             raise WorkloadError(f"cannot listen on {where}: {exc.strerror}") from None
         server.run()

@@ -1,6 +1,8 @@
 """Worker side of the PS family (`ps`, `async`, `ssp`, `backup`): push the gradient, pull the weights.
 
-The worker protocol is the same for all four strategies; only the PS decides when to answer.
+The worker protocol is the same for all four strategies; only the PS decides when to answer. A
+sharded PS is one connection per shard, each carrying its slice of the gradient and of the model,
+all shards at once (one thread each), as ps-lite's workers do.
 """
 
 from __future__ import annotations
@@ -8,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import socket
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
@@ -119,3 +122,34 @@ class PSClientExchange:
             with contextlib.suppress(OSError):
                 self.sock.close()
             self.sock = None
+
+
+class ShardedPSExchange:
+    """Push/pull with every shard of a sharded PS at once; shard k holds parameters [a_k, b_k)."""
+
+    def __init__(self, rank: int, bounds: list[tuple[int, int]], servers: list[tuple[str, int]],
+                 timeout: float) -> None:
+        self.bounds = bounds
+        self.shards = [PSClientExchange(rank, b - a, addr, port, timeout)
+                       for (a, b), (addr, port) in zip(bounds, servers, strict=True)]
+        self.pool = ThreadPoolExecutor(max_workers=len(self.shards), thread_name_prefix="shard")
+
+    def start(self) -> None:
+        for f in [self.pool.submit(c.start) for c in self.shards]:
+            f.result()
+
+    def step(self, step: int, weights: torch.Tensor, grad: torch.Tensor) -> ExchangeStats:
+        t0 = time.perf_counter()
+        futures = [self.pool.submit(c.step, step, weights[a:b], grad[a:b])
+                   for c, (a, b) in zip(self.shards, self.bounds, strict=True)]
+        parts = [f.result() for f in futures]  # the first failure propagates, naming its shard
+        return ExchangeStats(comm_s=time.perf_counter() - t0, wait_s=max(p.wait_s for p in parts),
+                             bytes_sent=sum(p.bytes_sent for p in parts),
+                             bytes_recv=sum(p.bytes_recv for p in parts))
+
+    def close(self) -> None:
+        try:
+            for f in [self.pool.submit(c.close) for c in self.shards]:
+                f.result()
+        finally:
+            self.pool.shutdown(wait=False)

@@ -21,8 +21,8 @@ from runmodel.records import JsonlWriter, StepRecord, WorkerDone
 from workloads.collectives import CollectiveExchange
 from workloads.errors import WorkloadError
 from workloads.exchange import Exchange
-from workloads.model import ModelSpec, init_weights, loss_and_grad, make_batch
-from workloads.psclient import PSClientExchange
+from workloads.model import ModelSpec, init_weights, loss_and_grad, make_batch, shard_bounds
+from workloads.psclient import PSClientExchange, ShardedPSExchange
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -40,7 +40,10 @@ def make_exchange(job: JobSpec, rank: int, spec: ModelSpec) -> Exchange:
     if not job.uses_ps:
         return CollectiveExchange(job.strategy, rank, job.world, job.master_addr, job.master_port,
                                   job.timeout, job.lr)
-    return PSClientExchange(rank, spec.nparams, job.master_addr, job.master_port, job.timeout)
+    if len(job.shards) == 1:
+        return PSClientExchange(rank, spec.nparams, job.shards[0].addr, job.shards[0].port, job.timeout)
+    return ShardedPSExchange(rank, shard_bounds(spec.nparams, len(job.shards)),
+                             [(k.addr, k.port) for k in job.shards], job.timeout)
 
 
 def train(job: JobSpec, me: RankJob, log: JsonlWriter, dump_grad: str | None = None) -> None:

@@ -1,0 +1,92 @@
+"""A strategy with options: `ps`, `ps:shards=4`, `ps:rto_min_ms=1`, `ring:cc=bbr`, `ps:shards=2:cc=reno`.
+
+Each variant is a row of its own in the table, summary.json and the report, named by what it is
+(`name`: the kind, then its non-default options in a fixed order), in a folder of its own
+(`folder`: the name with ':' -> '_' and '=' -> '-').
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+from runmodel.params import ParamError
+
+PS_FAMILY = ("ps", "async", "ssp", "backup")
+COLLECTIVES = ("ring", "allreduce")
+KINDS = PS_FAMILY + COLLECTIVES
+CONGESTION_CONTROLS = ("cubic", "reno", "bbr", "dctcp")
+PLACEMENTS = ("dedicated", "colocated")
+SHARDABLE = ("ps", "async")  # a backup or SSP quorum must be one decision, not one per shard
+
+
+@dataclass(frozen=True)
+class StrategySpec:
+    """One strategy variant: the kind and its options."""
+
+    kind: str
+    shards: int = 1  # PS family: the model split over this many PS hosts (ps-lite's even split)
+    placement: str = "dedicated"  # shards on hosts of their own (on different leaves) or on the workers'
+    rto_min_ms: float | None = None  # minimum RTO in every host while this strategy runs
+    cc: str | None = None  # congestion control in every host while this strategy runs
+
+    @classmethod
+    def parse(cls, text: str) -> StrategySpec:
+        """`KIND[:OPTION=VALUE[:...]]`; refuses unknown kinds and options by name."""
+        kind, *opts = [part.strip() for part in text.strip().split(":")]
+        if kind not in KINDS:
+            raise ParamError(f"strategies: unknown strategy {kind!r} (known: {', '.join(KINDS)})")
+        values: dict[str, object] = {}
+        known = {f.name: f for f in fields(cls) if f.name != "kind"}
+        for opt in opts:
+            key, sep, raw = opt.partition("=")
+            if not sep or key not in known:
+                raise ParamError(f"strategies: {text!r}: unknown option {key!r} "
+                                 f"(options: {', '.join(known)}; e.g. ps:shards=4)")
+            try:
+                values[key] = int(raw) if key == "shards" else float(raw) if key == "rto_min_ms" else raw
+            except ValueError as exc:
+                raise ParamError(f"strategies: {text!r}: {key} needs a number, got {raw!r}") from exc
+        spec = cls(kind, **values)  # type: ignore[arg-type]
+        spec.validate(text)
+        return spec
+
+    def validate(self, text: str = "") -> None:
+        """Refuse options that cannot be, naming the variant."""
+        what = f"strategies: {text or self.name!r}"
+        if not isinstance(self.shards, int) or self.shards < 1:
+            raise ParamError(f"{what}: shards must be a whole number >= 1")
+        if self.shards > 1 and self.kind not in SHARDABLE:
+            raise ParamError(f"{what}: only {' and '.join(SHARDABLE)} can be sharded")
+        if self.placement not in PLACEMENTS:
+            raise ParamError(f"{what}: placement must be dedicated or colocated")
+        if self.placement != "dedicated" and self.kind not in PS_FAMILY:
+            raise ParamError(f"{what}: placement is a parameter-server option")
+        if self.rto_min_ms is not None and not 0 < self.rto_min_ms <= 2000:
+            raise ParamError(f"{what}: rto_min_ms must be in (0, 2000]")
+        if self.cc is not None and self.cc not in CONGESTION_CONTROLS:
+            raise ParamError(f"{what}: cc must be one of {', '.join(CONGESTION_CONTROLS)}")
+
+    @property
+    def uses_ps(self) -> bool:
+        """True for the PS family."""
+        return self.kind in PS_FAMILY
+
+    @property
+    def dedicated_shards(self) -> int:
+        """PS hosts of their own this variant needs (0 for collectives and colocated shards)."""
+        return self.shards if self.uses_ps and self.placement == "dedicated" else 0
+
+    @property
+    def name(self) -> str:
+        """The kind and its non-default options, in field order: ps:shards=4:rto_min_ms=1."""
+        parts = [self.kind]
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name != "kind" and value != f.default:
+                parts.append(f"{f.name}={value:g}" if isinstance(value, float) else f"{f.name}={value}")
+        return ":".join(parts)
+
+    @property
+    def folder(self) -> str:
+        """The strategy's folder in the run: ps_shards-4."""
+        return self.name.replace(":", "_").replace("=", "-")
