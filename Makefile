@@ -5,7 +5,7 @@ IL      := .venv/bin/incastlab
 ARGS    ?=
 RUN     ?= results/latest
 
-.PHONY: deps test test-unit test-integration lint fabric compare straggler report dashboard bench soak clean-net clean
+.PHONY: deps test test-unit test-integration lint fabric compare straggler mitigate report dashboard bench soak clean-net clean
 
 deps:            ## install everything (Debian packages, Open vSwitch running, .venv); idempotent
 	bash scripts/deps.sh
@@ -30,6 +30,9 @@ compare:         ## the main job: PS vs ring all-reduce on the default fabric, r
 
 straggler:       ## sync / async / SSP / backup workers with one straggler
 	$(IL) straggler $(ARGS)
+
+mitigate:        ## incast cures: PS with a 1 ms minimum RTO, sharded over 2 and 4 hosts, vs PS and ring
+	$(IL) mitigate $(ARGS)
 
 report:          ## rebuild the report of a saved run:  make report RUN=results/<run>
 	$(IL) report $(RUN) $(ARGS)

@@ -180,9 +180,13 @@ def cmd_experiment(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         error, code = "interrupted", EXIT_INTERRUPTED
     finally:
-        finish(folder.path, error)
+        try:
+            finish(folder.path, error)
+        except KeyboardInterrupt:
+            error, code = "interrupted while writing the summary and report", EXIT_INTERRUPTED
     if error:
-        print(f"incastlab {args.command}: {error}; results so far are in {folder.path}", file=sys.stderr)
+        hint = f" (rebuild the report with `incastlab report {folder.path}`)" if code == EXIT_INTERRUPTED else ""
+        print(f"incastlab {args.command}: {error}; results so far are in {folder.path}{hint}", file=sys.stderr)
     return code
 
 
@@ -253,7 +257,9 @@ def build_parser() -> Parser:
     d.set_defaults(func=cmd_dashboard)
 
     for name, text in (("compare", "the main job: PS vs ring all-reduce, report in results/latest"),
-                       ("straggler", "sync, async, SSP and backup workers with one straggler")):
+                       ("straggler", "sync, async, SSP and backup workers with one straggler"),
+                       ("mitigate", "incast cures side by side: 1 ms minimum RTO, a PS sharded over 2 and 4 "
+                                    "hosts, the ring")):
         scenario = SCENARIO_DIR / f"{name}.json"
         shown = load_scenario(scenario)
         e = sub.add_parser(name, help=text, description=f"{text}. Defaults are those of {scenario.name}; "

@@ -16,8 +16,9 @@ pytestmark = pytest.mark.integration
 
 KEYS = ("workers", "steps", "grad_bytes", "iter_time_s", "comm_time_s", "final_loss", "queue_drops_total",
         "ps_port_drops", "max_port_drops", "tcp_retransmits_kernel", "bytes_by_link", "max_link_share",
-        "tcp_retransmits_pcap", "tcp_fast_retransmits", "tcp_timeout_retransmits", "dup_acks",
-        "fabric_drops_pcap")
+        "tcp_retransmits_pcap", "dupack_retransmits_pcap", "wireshark_fast_retransmits", "dup_acks",
+        "fabric_drops_pcap", "hot_ports", "delivered_bytes_by_receiver", "tcp_timeouts_kernel",
+        "tcp_timeouts_pcap", "bound_s", "comm_split", "fidelity", "busiest_link_utilisation")
 
 
 @pytest.fixture(scope="module")
@@ -78,7 +79,105 @@ def test_run_folder_keeps_logs_series_pcaps_and_report(compare_run):
     assert (run / "report.md").exists()
 
 
-@pytest.mark.skipif(shutil.which("tshark") is None, reason="tshark not installed")
+def tshark(pcap: Path, *args: str) -> list[list[str]]:
+    """tshark's fields of a capture, one list per packet."""
+    assert shutil.which("tshark"), "tshark is installed by make deps"
+    out = subprocess.run(["tshark", "-r", str(pcap), *args], capture_output=True, text=True,
+                         timeout=300).stdout
+    return [line.split("\t") for line in out.splitlines() if line]
+
+
+def tshark_delivered_bytes(pcap: Path, dst_ip: str) -> int:
+    """Unique payload bytes toward dst_ip: the union of (seq, seq + len) ranges per connection direction."""
+    spans: dict[tuple[str, str], list[tuple[int, int]]] = {}
+    for stream, src, seq, length in tshark(pcap, "-Y", f"ip.dst=={dst_ip} && tcp.len>0", "-T", "fields",
+                                           "-e", "tcp.stream", "-e", "ip.src", "-e", "tcp.seq_raw",
+                                           "-e", "tcp.len"):
+        spans.setdefault((stream, src), []).append((int(seq), int(length)))
+    total = 0
+    for segs in spans.values():
+        base = segs[0][0]
+        ranges = sorted((((a - base) % 2**32), ((a - base) % 2**32) + n) for a, n in segs)
+        end = -1
+        for a, b in ranges:
+            if b > end:
+                total += b - max(a, end)
+                end = b
+    return total
+
+
+def test_the_environment_is_recorded(compare_run):
+    import os
+    import platform
+
+    run, _ = compare_run
+    env = json.loads((run / "config.json").read_text())["environment"]
+    assert env["datapath"] in ("user", "kernel") and env["kernel"] == platform.release()
+    assert env["cores"] == os.cpu_count() and env["cc"] == "cubic" and env["rto_min_ms"] == 200.0
+
+
+def test_timeouts_in_the_captures_agree_with_the_kernel(compare_run):
+    run, _ = compare_run
+    for name, fig in json.loads((run / "summary.json").read_text())["strategies"].items():
+        kernel, pcap = fig["tcp_timeouts_kernel"], fig["tcp_timeouts_pcap"]
+        assert abs(kernel - pcap) <= max(2, 0.1 * kernel), (name, kernel, pcap)
+    ps = json.loads((run / "summary.json").read_text())["strategies"]["ps"]
+    assert ps["tcp_timeouts_kernel"] > 0, "an incast into a 20-packet buffer times out"
+
+
+def test_delivered_bytes_per_receiver_agree_with_tshark(compare_run):
+    run, _ = compare_run
+    s = json.loads((run / "summary.json").read_text())["strategies"]
+    plan = json.loads((run / "plan.json").read_text())
+    ip = {h["name"]: h["ip"] for h in plan["hosts"]}
+    for strategy, host in (("ps", "h1"), ("ring", "h2"), ("ring", "h5")):
+        ours = s[strategy]["delivered_bytes_by_receiver"][host]
+        theirs = tshark_delivered_bytes(run / strategy / "pcap" / f"{host}.pcap", ip[host])
+        assert theirs > 0 and abs(ours - theirs) <= 0.01 * theirs, (strategy, host, ours, theirs)
+
+
+def test_wireshark_fast_retransmits_are_tsharks(compare_run):
+    run, _ = compare_run
+    fig = json.loads((run / "summary.json").read_text())["strategies"]["ps"]
+    plan = json.loads((run / "plan.json").read_text())
+    total = 0
+    for h in plan["hosts"]:
+        pcap = run / "ps" / "pcap" / f"{h['name']}.pcap"
+        total += len(tshark(pcap, "-Y", f"tcp.analysis.fast_retransmission && ip.src=={h['ip']}",
+                            "-T", "fields", "-e", "frame.number"))
+    assert fig["wireshark_fast_retransmits"] == total
+
+
+def test_each_strategy_is_judged_at_its_own_hot_ports(compare_run):
+    from runmodel.records import read_queue_samples
+
+    run, _ = compare_run
+    s = json.loads((run / "summary.json").read_text())["strategies"]
+    assert s["ps"]["worst_queue_port"] == s["ps"]["ps_port"]
+    ring = s["ring"]
+    assert ring["worst_queue_port"] != ring["ps_port"], "the ring never uses the PS port"
+    assert ring["hot_ports"] and ring["hot_ports"][0]["tx_bytes"] >= ring["hot_ports"][-1]["tx_bytes"]
+    samples = [q for q in read_queue_samples(run / "ring" / "queue_depth.jsonl")
+               if q.port == ring["worst_queue_port"]]
+    assert max(q.backlog_packets for q in samples) > 0, "the ring's own worst port queues up"
+
+
+def test_bounds_split_and_fidelity_hold_together(compare_run):
+    run, _ = compare_run
+    summary = json.loads((run / "summary.json").read_text())
+    for name, fig in summary["strategies"].items():
+        assert fig["iter_time_s"] >= fig["bound_s"] > 0, (name, "no step beats its lower bound")
+        split = fig["comm_split"]
+        assert split["bound_s"] == fig["bound_s"] and split["timeouts_s"] >= 0 and split["rest_s"] >= 0
+        fid = fig["fidelity"]
+        assert fid["verdict"] in ("trustworthy", "degraded") and isinstance(fid["reasons"], list)
+        want = max(0, fig["fabric_drops_pcap"] - fig["queue_drops_total"]) / max(1, fig["fabric_drops_pcap"])
+        assert fid["unexplained_loss_share"] == pytest.approx(want, abs=1e-3)
+        assert fid["cpu_busy_max"] is not None and 0 < fid["cpu_busy_max"] <= 1.0
+        assert fid["dequeue_gap_median_over_ideal"] is not None
+    assert summary["fidelity"]["verdict"] in ("trustworthy", "degraded")
+
+
 def test_retransmissions_agree_with_tshark_on_the_incast_capture(compare_run):
     run, _ = compare_run
     pcap = run / "ps" / "pcap" / "h2.pcap"

@@ -29,6 +29,38 @@ def test_shipped_scenarios_are_valid(name):
     assert cfg.n_workers == 7 and cfg.worker_hosts[0] == "h2"
 
 
+def test_mitigate_scenario_puts_the_shards_on_their_own_hosts_on_different_leaves():
+    cfg = config_from_args(parse(command="mitigate"), load_scenario(SCENARIO_DIR / "mitigate.json"))
+    specs = {s.name: s for s in cfg.strategy_specs}
+    assert list(specs) == ["ps", "ps:rto_min_ms=1", "ps:shards=2", "ps:shards=4", "ring"]
+    four = cfg.shard_hosts(specs["ps:shards=4"])
+    assert four == ["h1", "h4", "h7", "h10"] and len({cfg.plan().host(h).leaf for h in four}) == 4
+    assert cfg.shard_hosts(specs["ps:shards=2"]) == ["h1", "h7"]
+    assert not set(four) & set(cfg.worker_hosts) and cfg.n_workers == 8
+
+
+@pytest.mark.parametrize("strategies, needle", [
+    ("ps:shards=7", "7 shards need 7 PS hosts"),          # more shards than the fabric can host
+    ("ps:turbo=1", "unknown option 'turbo'"),
+    ("ps:shards=two", "shards needs a number"),
+    ("ssp:shards=2", "only ps and async can be sharded"),
+    ("ring:placement=colocated", "parameter-server option"),
+    ("ps:rto_min_ms=0", "rto_min_ms must be in (0, 2000]"),
+    ("ps:cc=vegas", "cc must be one of"),
+    ("ps,ps", "each strategy may appear once"),
+])
+def test_invalid_strategy_options_are_one_line(strategies, needle):
+    with pytest.raises(ParamError) as err:
+        config_from_args(parse("--strategies", strategies), load_scenario(SCENARIO_DIR / "compare.json"))
+    assert needle in str(err.value) and "\n" not in str(err.value)
+
+
+def test_workers_cannot_take_a_dedicated_shard_host():
+    args = parse("--hosts-per-leaf", "3", "--strategies", "ps:shards=4,ring", "--workers", "9")
+    with pytest.raises(ParamError, match="hosts but the PS hosts h1, h4, h7, h10"):
+        config_from_args(args, load_scenario(SCENARIO_DIR / "compare.json"))
+
+
 def test_straggler_scenario_slows_one_worker_with_every_knob():
     cfg = config_from_args(parse(command="straggler"), load_scenario(SCENARIO_DIR / "straggler.json"))
     assert set(cfg.strategies) == {"ps", "ring", "async", "ssp", "backup"}
@@ -104,11 +136,11 @@ def _param_actions(command: str):
     return [a for a in sub._actions if a.dest.startswith("param_")]
 
 
-@pytest.mark.parametrize("command", ["compare", "straggler", "fabric", "dashboard"])
+@pytest.mark.parametrize("command", ["compare", "straggler", "mitigate", "fabric", "dashboard"])
 def test_every_flag_of_the_parser_reaches_config_json(tmp_path, command):
     actions = _param_actions(command)
     assert actions, "the parser has parameter flags"
-    experiment = command in ("compare", "straggler")
+    experiment = command in ("compare", "straggler", "mitigate")
     scenario = load_scenario(SCENARIO_DIR / f"{command}.json") if experiment else None
     for action in actions:
         flag = action.option_strings[0]

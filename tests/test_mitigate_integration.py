@@ -1,0 +1,68 @@
+"""Incast cures in training, for real: a sharded PS trains like the single PS, and a variant's TCP
+settings are in effect inside the hosts while it runs and gone after it."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.conftest import guarded_host, run_cli
+
+pytestmark = pytest.mark.integration
+VARIANTS = "ps,ps:shards=2:rto_min_ms=1:cc=reno,ps:shards=2:placement=colocated,ring"
+
+
+@pytest.fixture(scope="module")
+def cured(tmp_path_factory):
+    results = tmp_path_factory.mktemp("mitigate")
+    with guarded_host("mitigate"):
+        proc = run_cli(["compare", "--strategies", VARIANTS, "--workers", "3", "--steps", "3",
+                        "--capture", "ps-port", "--results", str(results)], timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return results / "latest", proc
+
+
+def test_each_variant_is_a_row_and_a_folder_of_its_own(cured):
+    run, proc = cured
+    summary = json.loads((run / "summary.json").read_text())
+    assert list(summary["strategies"]) == VARIANTS.split(",")
+    for folder in ("ps", "ps_shards-2_rto_min_ms-1_cc-reno", "ps_shards-2_placement-colocated", "ring"):
+        assert (run / folder / "status.json").exists(), folder
+    for name in VARIANTS.split(","):
+        assert name in proc.stdout
+
+
+def test_a_sharded_ps_trains_exactly_like_the_single_ps(cured):
+    run, _ = cured
+    s = json.loads((run / "summary.json").read_text())["strategies"]
+    losses = {name: fig["final_loss"] for name, fig in s.items()}
+    assert len({round(v, 4) for v in losses.values()}) == 1, losses
+    job = json.loads((run / "ps_shards-2_rto_min_ms-1_cc-reno" / "job.json").read_text())
+    assert [k["host"] for k in job["shards"]] == ["h1", "h5"]  # two leaves
+    assert (run / "ps_shards-2_rto_min_ms-1_cc-reno" / "ps-1.jsonl").stat().st_size > 0
+    colocated = json.loads((run / "ps_shards-2_placement-colocated" / "job.json").read_text())
+    assert [k["host"] for k in colocated["shards"]] == [r["host"] for r in colocated["ranks"][:2]]
+
+
+def test_a_variants_tcp_is_in_effect_while_it_runs_and_gone_after(cured):
+    run, _ = cured
+    tcp = {d: json.loads((run / d / "status.json").read_text())["tcp"]
+           for d in ("ps", "ps_shards-2_rto_min_ms-1_cc-reno", "ring")}
+    assert tcp["ps_shards-2_rto_min_ms-1_cc-reno"] and all(
+        v == {"cc": "reno", "rto_min_ms": 1.0} for v in tcp["ps_shards-2_rto_min_ms-1_cc-reno"].values())
+    for d in ("ps", "ring"):  # before it and after it: the run's own settings, read from the kernel
+        assert all(v == {"cc": "cubic", "rto_min_ms": 200.0} for v in tcp[d].values()), (d, tcp[d])
+    s = json.loads((run / "summary.json").read_text())["strategies"]
+    assert s["ps:shards=2:rto_min_ms=1:cc=reno"]["tcp"] == {"cc": "reno", "rto_min_ms": 1.0}
+
+
+def test_a_cure_the_kernel_cannot_run_is_refused_before_anything_is_built(clean_host, tmp_path):
+    proc = run_cli(["compare", "--strategies", "ps:cc=dctcp", "--results", str(tmp_path)], timeout=60)
+    available = open("/proc/sys/net/ipv4/tcp_available_congestion_control").read().split()
+    if "dctcp" in available:  # a kernel with DCTCP (the VM) runs it: nothing to refuse here
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        return
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
+    assert "dctcp" in proc.stderr and "not available" in proc.stderr
+    assert not any(tmp_path.iterdir())
