@@ -185,8 +185,9 @@ def cmd_experiment(args: argparse.Namespace) -> int:
         except KeyboardInterrupt:
             error, code = "interrupted while writing the summary and report", EXIT_INTERRUPTED
     if error:
-        hint = f" (rebuild the report with `incastlab report {folder.path}`)" if code == EXIT_INTERRUPTED else ""
-        print(f"incastlab {args.command}: {error}; results so far are in {folder.path}{hint}", file=sys.stderr)
+        where = folder.path
+        hint = f" (rebuild the report with `incastlab report {where}`)" if code == EXIT_INTERRUPTED else ""
+        print(f"incastlab {args.command}: {error}; results so far are in {where}{hint}", file=sys.stderr)
     return code
 
 
