@@ -22,14 +22,12 @@ achieved share 0.988 of the configured rate.
 
 from __future__ import annotations
 
-import json
-import os
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from analysis.errors import AnalysisError
 from analysis.pcapfile import Packets, str_to_ip
+from runmodel.records import QueueSample
 
 MIN_BACKLOG = 2
 PERCENTILES = (1, 5, 10, 25, 50, 75, 90, 95, 99)
@@ -43,40 +41,15 @@ class QueueSamples:
     t: np.ndarray
     backlog_packets: np.ndarray
 
-
-def read_queue_depth(path: str | os.PathLike[str]) -> QueueSamples:
-    """queue_depth.jsonl (docs/DESIGN.md): one {"t", "backlog_packets", ...} object per line.
-
-    Lines that are not JSON objects with both keys are skipped (a sampler killed mid-line);
-    raises AnalysisError if the file cannot be read."""
-    t: list[float] = []
-    b: list[int] = []
-    try:
-        with open(path, encoding="utf-8") as fh:
-            for line in fh:
-                try:
-                    row = json.loads(line)
-                    t.append(float(row["t"]))
-                    b.append(int(row["backlog_packets"]))
-                except (ValueError, KeyError, TypeError):
-                    continue
-    except OSError as exc:
-        raise AnalysisError(f"cannot read {path}: {exc.strerror or exc}") from None
-    ta, ba = np.asarray(t, dtype=np.float64), np.asarray(b, dtype=np.int64)
-    order = np.argsort(ta, kind="stable")
-    return QueueSamples(t=ta[order], backlog_packets=ba[order])
-
-
-def host_link_rate_bps(config: dict[str, object], host: str) -> float:
-    """The configured rate of host's link (config.json: fabric.link_mbit[host] or fabric.host_mbit)."""
-    fabric = config.get("fabric", config)
-    if not isinstance(fabric, dict):
-        raise AnalysisError("config has no fabric block")
-    per = fabric.get("link_mbit") or {}
-    mbit = per.get(host, fabric.get("host_mbit")) if isinstance(per, dict) else fabric.get("host_mbit")
-    if mbit is None:
-        raise AnalysisError("config has no host_mbit")
-    return float(mbit) * 1e6
+    @classmethod
+    def of_port(cls, samples: list[QueueSample], port: str, default_port: str = "") -> QueueSamples:
+        """One port's samples out of queue_depth.jsonl's (runmodel.records.read_queue_samples): lines
+        without a port (runs that sampled one port only) count as `default_port`'s."""
+        mine = [q for q in samples if (q.port or default_port) == port]
+        t = np.array([q.t for q in mine], dtype=np.float64)
+        order = np.argsort(t, kind="stable")
+        backlog = np.array([q.backlog_packets for q in mine], dtype=np.int64)
+        return cls(t=t[order], backlog_packets=backlog[order])
 
 
 @dataclass(frozen=True)

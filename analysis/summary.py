@@ -340,15 +340,13 @@ def dequeue_check(sf: StrategyFolder, plan: Plan, out: StrategySummary,
         # adds its receive-side jitter to the tails but not to the median
         own = cap.point("ps-port") if cap and name == plan.ps_port.name else None
         point = own or (cap.point(host) if cap else None)
-        samples = [q for q in queue if q.port == name or (not q.port and name == plan.ps_port.name)]
-        if point is None or not samples:
+        qs = QueueSamples.of_port(queue, name, default_port=plan.ps_port.name)
+        if point is None or not qs.t.size:
             continue
         try:
             pk = read_pcap(str(sf.path / point.file), allow_truncated=True, require_tcp=False)
         except AnalysisError:
             continue
-        qs = QueueSamples(t=np.array([q.t for q in samples]), backlog_packets=np.array([q.backlog_packets
-                                                                                        for q in samples]))
         gaps = dequeue_gaps(pk, qs, plan.host(host).rate_mbit * 1e6, receiver=plan.host(host).ip)
         if gaps.gaps:
             write_json(sf.path / "dequeue.json", {"port": name, **gaps.to_dict()})

@@ -170,3 +170,14 @@ def clean_host():
     """Integration tests start on a clean host and must leave it clean."""
     with guarded_host():
         yield
+
+
+@pytest.fixture(scope="session")
+def compare_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess.CompletedProcess[str]]:
+    """One short default compare run (7 workers, default fabric, every capture), shared by the tests
+    that check its figures against tshark and the kernel's counters."""
+    results = tmp_path_factory.mktemp("results")
+    with guarded_host("compare"):
+        proc = run_cli(["compare", "--steps", "4", "--results", str(results)], timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return results / "latest", proc

@@ -9,9 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from analysis.dequeue import QueueSamples, dequeue_gaps, host_link_rate_bps, read_queue_depth
-from analysis.errors import AnalysisError
+from analysis.dequeue import QueueSamples, dequeue_gaps
 from analysis.pcapfile import read_pcap
+from runmodel.records import read_queue_samples
 from tests.test_analysis_trace import ACK, Trace
 
 RATE = 20e6
@@ -71,16 +71,18 @@ def test_stalls_show_in_the_tail_and_the_share(tmp_path: Path) -> None:
     assert none.gaps == 0 and none.median_ratio is None and none.cdf_x.size == 0
 
 
-def test_queue_file_and_rate_from_config(tmp_path: Path) -> None:
+def test_one_ports_samples_out_of_the_queue_file(tmp_path: Path) -> None:
     qf = tmp_path / "queue_depth.jsonl"
-    qf.write_text('{"t": 2.0, "backlog_bytes": 0, "backlog_packets": 3, "drops": 0, "sent_packets": 1}\n'
+    qf.write_text('{"t": 2.0, "backlog_bytes": 0, "backlog_packets": 3, "drops": 0, "sent_packets": 1, '
+                  '"port": "lf1-eth3"}\n'
                   "not json\n"
-                  '{"t": 1.0, "backlog_packets": 0}\n{"t": 3.0, "backlog_pack')
-    q = read_queue_depth(qf)
+                  '{"t": 1.5, "backlog_bytes": 0, "backlog_packets": 9, "drops": 0, "sent_packets": 1, '
+                  '"port": "lf2-eth1"}\n'
+                  '{"t": 1.0, "backlog_bytes": 0, "backlog_packets": 0, "drops": 0, "sent_packets": 0}\n'
+                  '{"t": 3.0, "backlog_pack')
+    samples = read_queue_samples(qf)
+    q = QueueSamples.of_port(samples, "lf1-eth3", default_port="lf1-eth3")  # unnamed lines: the PS port
     assert q.t.tolist() == [1.0, 2.0] and q.backlog_packets.tolist() == [0, 3]
-    with pytest.raises(AnalysisError):
-        read_queue_depth(tmp_path / "missing.jsonl")
-    cfg = {"fabric": {"host_mbit": 20, "link_mbit": {"h3": 5}}}
-    assert host_link_rate_bps(cfg, "h1") == 20e6 and host_link_rate_bps(cfg, "h3") == 5e6
+    assert QueueSamples.of_port(samples, "lf2-eth1").backlog_packets.tolist() == [9]
     with pytest.raises(ValueError):
         dequeue_gaps(read_pcap(_port_capture(tmp_path)[0]), q, 0, receiver="10.0.0.1")

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from analysis.cli import analyze_counts
-from tests.conftest import guarded_host, run_cli
+from tests.conftest import run_cli
 
 pytestmark = pytest.mark.integration
 
@@ -19,16 +19,6 @@ KEYS = ("workers", "steps", "grad_bytes", "iter_time_s", "comm_time_s", "final_l
         "tcp_retransmits_pcap", "dupack_retransmits_pcap", "wireshark_fast_retransmits", "dup_acks",
         "fabric_drops_pcap", "hot_ports", "delivered_bytes_by_receiver", "tcp_timeouts_kernel",
         "tcp_timeouts_pcap", "bound_s", "comm_split", "fidelity", "busiest_link_utilisation")
-
-
-@pytest.fixture(scope="module")
-def compare_run(tmp_path_factory):
-    """One short default compare run (7 workers, default fabric) shared by the checks below."""
-    results = tmp_path_factory.mktemp("results")
-    with guarded_host("compare"):
-        proc = run_cli(["compare", "--steps", "4", "--results", str(results)], timeout=900)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return results / "latest", proc
 
 
 def test_summary_has_every_documented_key(compare_run):

@@ -1,0 +1,83 @@
+"""The analyses on a real compare run (the shared `compare_run`) against independent oracles: the
+kernel's own TCP counters per host (hosts.json), tshark, and the configured link rate."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from analysis.dequeue import QueueSamples, dequeue_gaps
+from analysis.goodput import delivered_bytes
+from analysis.pcapfile import read_pcap
+from analysis.rto import rto_events
+from analysis.tcpopts import read_options
+from incastlab.cli import main as cli_main
+from runmodel.folder import RunFolder
+from tests.test_analysis_goodput import tshark_unique_bytes
+
+pytestmark = pytest.mark.integration
+
+
+def _captured_hosts(run, strategy: str) -> list[str]:
+    hosts = json.loads((run / strategy / "hosts.json").read_text())
+    return sorted(h for h in hosts if (run / strategy / "pcap" / f"{h}.pcap").is_file())
+
+
+def _ip(run, host: str) -> str:
+    return RunFolder(run).plan().host(host).ip
+
+
+@pytest.mark.parametrize("strategy", ["ps", "ring"])
+def test_timeouts_per_host_agree_with_the_kernel(compare_run, strategy: str) -> None:
+    """Each host's capture, the flows it sent: timeouts vs TcpExtTCPTimeouts within 10 % (or 2 when
+    the kernel counted fewer than 20); loss probes never more than TcpExtTCPLossProbes;
+    retransmitted segments exactly TcpRetransSegs."""
+    run, _ = compare_run
+    hosts = json.loads((run / strategy / "hosts.json").read_text())
+    seen = 0
+    for h in _captured_hosts(run, strategy):
+        p = read_pcap(run / strategy / "pcap" / f"{h}.pcap", allow_truncated=True)
+        kern = hosts[h]["kernel"]
+        want = int(kern.get("TcpExtTCPTimeouts", 0))
+        for tsval in (read_options(p).tsval, None):
+            got = rto_events(p, tsval=tsval).totals(_ip(run, h))
+            assert abs(got["timeouts"] - want) <= max(2, 0.1 * want), (h, got, want)
+            assert got["loss_probes"] <= int(kern.get("TcpExtTCPLossProbes", 0)), h
+            assert got["retransmits"] == int(kern.get("TcpRetransSegs", 0)), h
+        seen += want
+    if strategy == "ps":
+        assert seen > 0, "an incast into a 20-packet buffer times out"
+
+
+@pytest.mark.parametrize("strategy", ["ps", "ring"])
+def test_delivered_bytes_per_receiver_equal_tshark(compare_run, strategy: str) -> None:
+    run, _ = compare_run
+    for h in _captured_hosts(run, strategy):
+        f = run / strategy / "pcap" / f"{h}.pcap"
+        ip = _ip(run, h)
+        ours = delivered_bytes(read_pcap(f), receiver=ip).bytes
+        theirs = sum(n for (_s, _src, _sp, dst), n in tshark_unique_bytes(f).items() if dst == ip)
+        assert theirs > 100_000 and abs(ours - theirs) <= 0.01 * theirs, h
+
+
+def test_the_ps_port_kept_its_rate(compare_run) -> None:
+    run, _ = compare_run
+    folder = RunFolder(run)
+    plan = folder.plan()
+    port = read_pcap(run / "ps" / "pcap" / "ps-port.pcap")
+    queue = QueueSamples.of_port(folder.strategy("ps").queue_samples(), plan.ps_port.name)
+    ps = plan.host(plan.ps_host)
+    res = dequeue_gaps(port, queue, ps.rate_mbit * 1e6, receiver=ps.ip)
+    assert res.gaps > 1000
+    assert 0.95 <= res.median_ratio <= 1.05
+    assert res.achieved_share > 0.9
+
+
+def test_analyze_the_rings_empty_ps_port_capture(compare_run, capsys: pytest.CaptureFixture[str]) -> None:
+    run, _ = compare_run
+    f = run / "ring" / "pcap" / "ps-port.pcap"
+    assert f.stat().st_size == 24, "the ring sends nothing to the PS host: a header-only capture"
+    assert cli_main(["analyze", str(f), "--json"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert res["packets"] == 0 and res["timeouts"] == 0 and res["delivered_bytes"] == 0
