@@ -25,7 +25,10 @@ def module_imports() -> dict[str, set[str]]:
                 if isinstance(node, ast.Import):
                     names = [a.name for a in node.names]
                 elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-                    names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+                    # `from pkg import mod` imports the module pkg.mod; `from mod import name` the module
+                    base = ROOT / node.module.replace(".", "/")
+                    names = [f"{node.module}.{a.name}" if (base / f"{a.name}.py").exists() else node.module
+                             for a in node.names]
                 deps |= {n for n in names if n.split(".")[0] in STAGES}
             graph[mod] = deps
     known = set(graph)
