@@ -10,6 +10,9 @@ numbers come from (report/sections.py builds it). A block is one of:
                                          `values` keeps the figures behind the cells (never rendered)
     Figure(key, png, title, caption)     a PNG with its caption; `data` keeps what was plotted
     Callout(title, items, tone)          a box: tone "warning", "info" or "verdict"
+    Group(blocks)                        blocks side by side where the page is wide enough (small
+                                         tables of one kind, e.g. one per strategy), one after the
+                                         other in Markdown
 
 and a Section is a title with blocks. Document(title, status, facts, callouts, sections) is the
 whole page; callouts are the boxes shown above every section (warnings first).
@@ -113,7 +116,22 @@ class Callout:
             raise ValueError(f"callout tone must be one of {TONES}, got {self.tone!r}")
 
 
-Block = Paragraph | Bullets | Table | Figure | Callout
+@dataclass
+class Group:
+    """Blocks shown side by side (wrapping) on the HTML page, one after the other in Markdown."""
+
+    blocks: list[Paragraph | Bullets | Table | Figure | Callout]
+
+
+Block = Paragraph | Bullets | Table | Figure | Callout | Group
+
+
+def flat(blocks: list[Block]) -> list[Block]:
+    """The blocks with every Group replaced by its own blocks, in page order."""
+    out: list[Block] = []
+    for b in blocks:
+        out.extend(flat(list(b.blocks)) if isinstance(b, Group) else [b])
+    return out
 
 
 @dataclass
@@ -145,8 +163,8 @@ class Document:
     sections: list[Section] = field(default_factory=list)
 
     def blocks(self) -> list[Block]:
-        """Every block, callouts first, in page order."""
-        return [*self.callouts, *(b for s in self.sections for b in s.blocks)]
+        """Every block, callouts first, in page order (the blocks of a Group in its place)."""
+        return flat([*self.callouts, *(b for s in self.sections for b in s.blocks)])
 
     def figures(self) -> list[Figure]:
         """The figures in page order."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 import base64
 from html import escape
 
-from report.doc import Block, Bullets, Callout, Document, Figure, Paragraph, Section, Table
+from report.doc import Block, Bullets, Callout, Document, Figure, Group, Paragraph, Section, Table
 
 CSS = """
 body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:1.2em auto;max-width:1320px;
@@ -27,23 +27,37 @@ table{border-collapse:collapse;font-size:.86em;font-variant-numeric:tabular-nums
 th,td{border:1px solid #ccc;padding:.28em .5em}
 td{text-align:right;white-space:nowrap}td.text{text-align:left}
 thead th{background:#f2f2f2;text-align:center;vertical-align:bottom;font-weight:600;max-width:9em}
-tbody th{text-align:left;white-space:nowrap}tr.bad th,tr.bad td.state{color:#b00;font-weight:600}
+tbody th{text-align:left;max-width:13em}tr.bad th,tr.bad td.state{color:#b00;font-weight:600}
 details{font-size:.85em;color:#444;margin:.2em 0 .8em}details dl{margin:.3em 0 0 .5em}
 dt{font-weight:600;float:left;clear:left;margin-right:.5em}dd{margin:0 0 .15em 0}
 figure{margin:1em 0 1.4em}figure img{max-width:100%;height:auto;display:block}
 figcaption{color:#444;font-size:.88em;margin-top:.3em;max-width:62em}
+.group{display:flex;flex-wrap:wrap;gap:.2em 1.6em;align-items:flex-start}.group>div{min-width:0}
+.callout li{margin:.15em 0}
 """
 TEXT_CELL, BAD_ROW, NOTE = " class='text'", " class='bad'", " class='note'"
+SHY = {"retransmissions": "retrans&shy;missions", "retransmits": "retrans&shy;mits",
+       "utilisation": "utili&shy;sation"}  # long header words, where they may break
+
+
+def _head(text: str) -> str:
+    """A column header: escaped, long words given a place to break (soft hyphens)."""
+    return " ".join(SHY.get(w, w) for w in escape(text).split(" "))
+
+
+def _label(text: str) -> str:
+    """A row label: escaped, free to wrap after a ':' (ps:shards=2:placement=colocated)."""
+    return escape(text).replace(":", ":<wbr>")
 
 
 def _table(t: Table) -> str:
     head = f"<th>{escape(t.label_header)}</th>" + "".join(
-        f"<th title='{escape(c.doc, quote=True)}'>{escape(c.header)}</th>" for c in t.columns)
+        f"<th title='{escape(c.doc, quote=True)}'>{_head(c.header)}</th>" for c in t.columns)
     body = []
     for r in t.rows:
         cells = "".join(f"<td{'' if c.numeric else TEXT_CELL}>{escape(v)}</td>"
                         for c, v in zip(t.columns, r.cells, strict=True))
-        body.append(f"<tr{BAD_ROW if r.bad else ''}><th>{escape(r.label)}</th>{cells}</tr>")
+        body.append(f"<tr{BAD_ROW if r.bad else ''}><th>{_label(r.label)}</th>{cells}</tr>")
     out = [f"<h3 id='table-{t.key}'>{escape(t.heading)}</h3>",
            f"<table id='{t.key}'><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"]
     out += [f"<p class='note'>{escape(n)}</p>" for n in t.notes]
@@ -78,6 +92,8 @@ def _block(b: Block) -> str:
         return _figure(b)
     if isinstance(b, Callout):
         return _callout(b)
+    if isinstance(b, Group):
+        return "<div class='group'>" + "".join(f"<div>{_block(x)}</div>" for x in b.blocks) + "</div>"
     raise TypeError(f"not a block: {type(b).__name__}")
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from report.doc import Block, Bullets, Callout, Document, Figure, Paragraph, Section, Table
+from report.doc import Block, Bullets, Callout, Document, Figure, Group, Paragraph, Section, Table
 
 
 def _cell(text: str) -> str:
@@ -38,6 +38,11 @@ def _block(b: Block, figures: str) -> list[str]:
         return [f"![{b.title}]({figures}/{b.key}.png)", "", f"*{b.caption}*"]
     if isinstance(b, Callout):
         return _callout(b)
+    if isinstance(b, Group):
+        out: list[str] = []
+        for x in b.blocks:
+            out += ([""] if out else []) + _block(x, figures)
+        return out
     raise TypeError(f"not a block: {type(b).__name__}")
 
 

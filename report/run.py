@@ -15,22 +15,40 @@ from typing import Any, TypeVar
 
 from analysis.errors import AnalysisError
 from runmodel import SCHEMA
-from runmodel.config import PS_FAMILY, ExperimentConfig
+from runmodel.config import ExperimentConfig
 from runmodel.fabric import Plan
 from runmodel.folder import RunFolder, StrategyFolder
+from runmodel.params import ParamError
 from runmodel.records import (
     CaptureReport,
     ControllerSeries,
+    CpuSample,
     FaultRecord,
     PsEvent,
     QueueSample,
     Status,
     StepRecord,
+    read_json,
 )
+from runmodel.strategy import StrategySpec
 from runmodel.summary import RunSummary, StrategySummary
 
 STRAGGLER_STRATEGIES = ("async", "ssp", "backup")
 T = TypeVar("T")
+# what analysis.summary writes into each strategy folder next to summary.json (runmodel/folder.py has
+# no property for them yet)
+GOODPUT_FILE = "goodput_timeline.json"  # delivered bytes per receiver and per flow to the PS, per bin
+RTO_FILE = "rto_events.json"  # every retransmission timeout and tail-loss probe the captures show
+DEQUEUE_FILE = "dequeue.json"  # gaps between packets leaving the worst host port while backlogged
+RETRANSMITS_FILE = "retransmits_timeline.json"  # retransmissions in the host captures, per bin
+
+
+def parse_spec(name: str) -> StrategySpec | None:
+    """The variant a strategy name stands for (None for a name the run model does not know)."""
+    try:
+        return StrategySpec.parse(name)
+    except ParamError:
+        return None
 
 
 class ReportError(AnalysisError):
@@ -51,6 +69,11 @@ class StrategyView:
     queue: list[QueueSample] = field(default_factory=list)
     faults: list[FaultRecord] = field(default_factory=list)
     capture: CaptureReport | None = None
+    cpu: list[CpuSample] = field(default_factory=list)
+    goodput_timeline: dict[str, Any] | None = None  # goodput_timeline.json (written by the summary)
+    rto_events: list[dict[str, Any]] = field(default_factory=list)  # rto_events.json's events
+    dequeue: dict[str, Any] | None = None  # dequeue.json
+    retransmits_timeline: dict[str, Any] | None = None  # retransmits_timeline.json
 
     @classmethod
     def read(cls, sf: StrategyFolder, summary: StrategySummary, problems: list[str]) -> StrategyView:
@@ -65,7 +88,18 @@ class StrategyView:
         view.queue = sf.queue_samples(problems)
         view.faults = sf.faults(problems)
         view.capture = sf.capture(problems)
+        view.cpu = sf.cpu_samples(problems)
+        view.goodput_timeline = _doc(read_json(sf.path / GOODPUT_FILE, problems))
+        rto = _doc(read_json(sf.path / RTO_FILE, problems)) or {}
+        view.rto_events = [e for e in rto.get("events") or [] if isinstance(e, dict) and _is_num(e.get("t"))]
+        view.dequeue = _doc(read_json(sf.path / DEQUEUE_FILE, problems))
+        view.retransmits_timeline = _doc(read_json(sf.path / RETRANSMITS_FILE, problems))
         return view
+
+    @property
+    def spec(self) -> StrategySpec | None:
+        """The variant (kind and options) this strategy is."""
+        return parse_spec(self.name)
 
     @property
     def present(self) -> bool:
@@ -103,8 +137,17 @@ class StrategyView:
 
     @property
     def ps_family(self) -> bool:
-        """Gradients go through a parameter server."""
-        return self.name in PS_FAMILY
+        """Gradients go through a parameter server (ps, ps:shards=4, async, ...)."""
+        spec = self.spec
+        return bool(spec and spec.uses_ps)
+
+
+def _doc(doc: Any) -> dict[str, Any] | None:
+    return doc if isinstance(doc, dict) else None
+
+
+def _is_num(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool)
 
 
 @dataclass
@@ -166,6 +209,22 @@ class RunView:
     def ps_port(self) -> str:
         """The PS host's leaf port."""
         return self.plan.ps_port.name
+
+    def shard_hosts(self, name: str) -> list[str]:
+        """The PS hosts of a PS-family variant (every shard's), [] for a collective."""
+        spec = parse_spec(name)
+        return self.config.shard_hosts(spec) if spec else []
+
+    def shard_ports(self, name: str) -> list[str]:
+        """The leaf ports toward a PS-family variant's shard hosts (the PS port first)."""
+        hosts = {h.name: h for h in self.plan.hosts}
+        return [hosts[h].leaf_port for h in self.shard_hosts(name) if h in hosts]
+
+    @property
+    def environment(self) -> dict[str, Any]:
+        """config.json's "environment": what the machine gave the run (datapath, kernel, cores, ...)."""
+        env = (self.folder.config_doc() or {}).get("environment")
+        return env if isinstance(env, dict) else {}
 
     @property
     def has_stragglers(self) -> bool:

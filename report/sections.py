@@ -16,11 +16,12 @@ from collections.abc import Callable
 from dataclasses import fields
 from typing import Any
 
+from analysis.fidelity import GAP_RATIO_RANGE, MAX_SATURATED_SHARE, MAX_UNEXPLAINED_LOSS, SATURATED
 from report import figures as F
 from report import series as S
-from report.doc import Bullets, Callout, Column, Figure, Paragraph, Row, Section, Table
-from report.run import STRAGGLER_STRATEGIES, RunView
-from runmodel.config import PS_FAMILY
+from report.doc import Bullets, Callout, Column, Figure, Group, Paragraph, Row, Section, Table
+from report.run import STRAGGLER_STRATEGIES, RunView, StrategyView, parse_spec
+from runmodel.strategy import COLLECTIVES
 from runmodel.summary import StrategySummary
 
 DASH = "–"
@@ -76,6 +77,10 @@ def known(cols: list[Col]) -> list[Col]:
     return [c for c in cols if c.key]
 
 
+def _ratio(a: float | None, b: float | None) -> str:
+    return f"{a / b:.2f}" if _num(a) and _num(b) and b else DASH
+
+
 def _max_port(f: StrategySummary) -> str:
     if f.max_port_drops is None:
         return DASH
@@ -85,7 +90,20 @@ def _max_port(f: StrategySummary) -> str:
 def _busiest(f: StrategySummary) -> str:
     if f.max_link_share is None:
         return DASH
-    return f"{f.busiest_link or DASH} ({f.max_link_share * 100:.1f} %)"
+    return f"{f.max_link_share * 100:.1f} % ({f.busiest_link or DASH})"
+
+
+def busiest_utilised(f: StrategySummary) -> str | None:
+    """The link direction with busiest_link_utilisation (the highest of link_utilisation)."""
+    lu = f.link_utilisation
+    return max(lu, key=lambda k: lu[k]) if lu else None
+
+
+def _busiest_util(f: StrategySummary) -> str:
+    if f.busiest_link_utilisation is None:
+        return DASH
+    link = busiest_utilised(f)
+    return f"{f.busiest_link_utilisation * 100:.1f} %" + (f" ({link})" if link else "")
 
 
 TIMING_COLUMNS = [
@@ -108,18 +126,41 @@ QUEUE_COLUMNS = [
         doc=DOCS["max_port_drops"] + "; in brackets: " + DOCS["max_drop_port"]),
     Col("lost in the fabric (pcap)", "fabric_drops_pcap"),
     Col("lost before the PS port (pcap)", "drops_on_path_to_ps_pcap"),
-    Col("busiest link (share)", "max_link_share", text=_busiest,
-        doc=DOCS["busiest_link"] + "; in brackets: " + DOCS["max_link_share"]),
+    Col("busiest link utilisation", "busiest_link_utilisation", text=_busiest_util,
+        doc=DOCS.get("busiest_link_utilisation", "") + "; in brackets: that link direction (the highest of "
+        "link_utilisation: " + DOCS.get("link_utilisation", "") + ")"),
+    Col("busiest link, share of all link bytes", "max_link_share", text=_busiest,
+        doc=DOCS["max_link_share"] + "; in brackets: " + DOCS["busiest_link"]),
+    Col("links under 5 % of the busiest", "links_under_5pct_of_busiest"),
+    Col("ECMP imbalance", "ecmp_imbalance", "f2"),
 ]
 TCP_COLUMNS = [
     Col("retransmissions (kernel)", "tcp_retransmits_kernel"),
     Col("retransmissions (pcap)", "tcp_retransmits_pcap"),
-    Col("dup-ACK retransmissions", ("dupack_retransmits_pcap", "tcp_fast_retransmits")),
-    Col("retransmissions without dup ACKs", "tcp_timeout_retransmits"),
     Col("timeouts (kernel)", "tcp_timeouts_kernel"),
     Col("timeouts (pcap)", "tcp_timeouts_pcap"),
+    Col("tail-loss probes (kernel)", "tcp_loss_probes_kernel"),
+    Col("fast retransmits (kernel)", "tcp_fast_retrans_kernel"),
+    Col("fast retransmissions (tshark)", "wireshark_fast_retransmits"),
+    Col("dup-ACK retransmissions (our rule)", ("dupack_retransmits_pcap", "tcp_fast_retransmits")),
+    Col("timeout stall (s)", "timeout_stall_s", "s"),
+    Col("timeout idle (s)", "timeout_idle_s", "s"),
     Col("dup ACKs", "dup_acks"),
     Col("out of order", "out_of_order"),
+]
+BOUND_COLUMNS = [
+    Col("iteration (s)", "iter_time_s", "s"),
+    Col("comm (s)", "comm_time_s", "s"),
+    Col("bound (s)", "bound_s", "s"),
+    Col("push-then-pull (s)", "push_then_pull_s", "s"),
+    Col("iteration / bound", "bound_s", "f2", text=lambda f: _ratio(f.iter_time_s, f.bound_s),
+        doc="iter_time_s / bound_s: how many times its communication bound a step took"),
+    Col("comm: bound part (s)", "comm_split", text=lambda f: fmt(f.comm_split.get("bound_s"), "s"),
+        doc="comm_split bound_s: " + DOCS.get("comm_split", "")),
+    Col("comm: timeouts (s)", "comm_split", text=lambda f: fmt(f.comm_split.get("timeouts_s"), "s"),
+        doc="comm_split timeouts_s: timeout_idle_s / steps"),
+    Col("comm: rest (s)", "comm_split", text=lambda f: fmt(f.comm_split.get("rest_s"), "s"),
+        doc="comm_split rest_s: comm_time_s - bound - timeouts (never below 0)"),
 ]
 PS_COLUMNS = [
     Col("updates applied", "updates_applied"),
@@ -188,16 +229,18 @@ def all_gaps(run: RunView) -> dict[str, list[dict[str, float]]]:
     return run.memo("gaps", lambda: {s.name: S.stats_gaps(s, iv) for s in run.timed})
 
 
-def pcaps(run: RunView) -> dict[str, dict[str, Any]]:
-    """The pcap series of the strategies that have host captures."""
+def retransmits(run: RunView) -> dict[str, dict[str, Any]]:
+    """Retransmissions per bin of the strategies with host captures (retransmits_timeline.json)."""
     def make() -> dict[str, dict[str, Any]]:
-        out = {}
-        for s in run.timed:
-            p = S.pcap_series(run, s)
-            if p is not None:
-                out[s.name] = p
-        return out
-    return run.memo("pcaps", make)
+        return {s.name: r for s in run.timed if (r := S.retransmit_series(s)) is not None}
+    return run.memo("retransmits", make)
+
+
+def goodputs(run: RunView) -> dict[str, dict[str, Any]]:
+    """Delivered goodput per receiver of the strategies with host captures (goodput_timeline.json)."""
+    def make() -> dict[str, dict[str, Any]]:
+        return {s.name: g for s in run.timed if (g := S.goodput_series(s)) is not None}
+    return run.memo("goodput", make)
 
 
 def time_range(run: RunView) -> tuple[float, float]:
@@ -261,8 +304,99 @@ def summary_rebuilt(run: RunView) -> Callout | None:
                                             "saved."], "info")
 
 
-CALLOUTS: list[Callable[[RunView], Callout | None]] = [incomplete_run, capture_problems, damaged_files,
-                                                       summary_rebuilt]
+FIDELITY_CHECKS = {  # check -> (what failed, limit, what it means, what it affects)
+    "loss": ("losses no switch queue counted", f"more than {MAX_UNEXPLAINED_LOSS * 100:.0f} % of the losses "
+             "the captures saw", "drop and retransmission counts include losses a real switch would not have",
+             "the drop and retransmission counts (tables Switch queues and links, TCP; the drops, "
+             "retransmissions and timeouts timeline)"),
+    "pace": ("the bottleneck off its rate", f"median departure gap / ideal outside {GAP_RATIO_RANGE[0]}-"
+             f"{GAP_RATIO_RANGE[1]}", "the link did not run at its configured rate",
+             "every time and rate (iteration time and bounds, goodput, link utilisation{cures})"),
+    "cpu": ("CPU saturated", f"every core >= {SATURATED * 100:.0f} % busy in more than "
+            f"{MAX_SATURATED_SHARE * 100:.0f} % of the seconds from the strategy's start",
+            "workers, switch and captures competed for the CPU",
+            "the times (iteration time and bounds{cures}), which include waiting for the CPU"),
+}
+FIDELITY_FIGURE = {"loss": "unexplained_loss_share", "pace": "dequeue_gap_median_over_ideal",
+                   "cpu": "cpu_saturated_share"}
+
+
+def fidelity_problems(fid: dict[str, Any]) -> list[str]:
+    """Which of analysis.fidelity's checks a strategy failed ("loss", "pace", "cpu"), from its figures
+    and the same limits the verdict uses."""
+    out = []
+    loss, gap, sat = (fid.get(k) for k in ("unexplained_loss_share", "dequeue_gap_median_over_ideal",
+                                            "cpu_saturated_share"))
+    if _num(loss) and loss > MAX_UNEXPLAINED_LOSS:
+        out.append("loss")
+    if _num(gap) and not GAP_RATIO_RANGE[0] <= gap <= GAP_RATIO_RANGE[1]:
+        out.append("pace")
+    if _num(sat) and sat > MAX_SATURATED_SHARE:
+        out.append("cpu")
+    return out
+
+
+def _fid_numbers(fid: dict[str, Any]) -> str:
+    bits = []
+    if _num(fid.get("unexplained_loss_share")):
+        bits.append(f"unexplained loss {fid['unexplained_loss_share'] * 100:.0f} %")
+    if _num(fid.get("dequeue_gap_median_over_ideal")):
+        bits.append(f"departure gap / ideal {fid['dequeue_gap_median_over_ideal']:.3f} at "
+                    f"{fid.get('dequeue_port')}")
+    if _num(fid.get("cpu_saturated_share")):
+        bits.append(f"all cores saturated {fid['cpu_saturated_share'] * 100:.0f} % of the seconds")
+    return ", ".join(bits)
+
+
+def fidelity_verdict(run: RunView) -> Callout | None:
+    """The fidelity verdict at the top of the page: the run's (summary.json fidelity) and each
+    strategy's; per failed check, which strategies failed it, by how much, and the figures it makes
+    less trustworthy."""
+    present = run.present
+    if not present:
+        return None
+    verdict = str((run.summary.fidelity or {}).get("verdict") or "unknown")
+    judged = {s.name: s.summary.fidelity for s in present if s.summary.fidelity.get("verdict")}
+    if not judged:
+        return Callout("Fidelity verdict: unknown", [
+            "summary.json holds no fidelity checks (a summary of an older schema, or nothing was recorded "
+            "to check): the figures below come without a verdict."], "info")
+    bad = [n for n, f in judged.items() if f.get("verdict") == "degraded"]
+    good = [n for n, f in judged.items() if f.get("verdict") == "trustworthy"]
+    items = [f"Run {verdict.upper()}: {len(bad)} of {len(judged)} strategies degraded"
+             + (f" ({', '.join(bad)})" if bad else "") + (f"; trustworthy: {', '.join(good)}" if good else "")
+             + ". The checks and their figures: section Fidelity."]
+    cures_shown = len([s for s in run.timed if s.ps_family]) >= 2
+    explained: set[str] = set()
+    for key, (what, limit, meaning, affects) in FIDELITY_CHECKS.items():
+        failed = [n for n in bad if key in fidelity_problems(judged[n])]
+        if not failed:
+            continue
+        field = FIDELITY_FIGURE[key]
+        vals = ", ".join(f"{n} {_fid_value(key, judged[n].get(field))}" for n in failed)
+        items.append(f"{what[0].upper() + what[1:]} ({limit}): {vals}. {meaning[0].upper() + meaning[1:]}. "
+                     f"Affected: {affects.format(cures=', Cures' if cures_shown else '')}.")
+        explained.update(failed)
+    for n in bad:  # a reason the checks above do not cover (a check of a newer summary): verbatim
+        if n not in explained:
+            items.append(f"{n}: " + "; ".join(str(r) for r in judged[n].get("reasons") or []) + ".")
+    for n in good:
+        items.append(f"{n}: trustworthy ({_fid_numbers(judged[n])}).")
+    for s in present:
+        if s.name not in judged:
+            items.append(f"{s.name}: no fidelity checks in summary.json.")
+    tone = "warning" if verdict == "degraded" or bad else "verdict"
+    return Callout(f"Fidelity verdict: {verdict}", items, tone)
+
+
+def _fid_value(key: str, v: Any) -> str:
+    if not _num(v):
+        return DASH
+    return f"{v:.3f}" if key == "pace" else f"{v * 100:.0f} %"
+
+
+CALLOUTS: list[Callable[[RunView], Callout | None]] = [fidelity_verdict, incomplete_run, capture_problems,
+                                                       damaged_files, summary_rebuilt]
 
 
 # -- findings ----------------------------------------------------------------------------------------------
@@ -273,7 +407,8 @@ def findings(run: RunView) -> Section | None:
         return Section("Findings", [Paragraph("No strategy of this run left a folder: nothing was "
                                               "measured.")])
     figs = {n: run.strategies[n].summary for n in names}
-    ref = max(names, key=lambda n: (figs[n].ps_port_drops or 0, figs[n].queue_drops_total or 0))
+    ref = max(names, key=lambda n: (hottest_shard_port(run, run.strategies[n])[1] or 0,
+                                    figs[n].queue_drops_total or 0))
     items = [_strategy_sentence(run, n, ref) for n in [ref, *(x for x in names if x != ref)]]
     items += _fault_sentences(run)
     if run.config.target_loss is not None:
@@ -285,10 +420,12 @@ def _strategy_sentence(run: RunView, name: str, ref: str) -> str:
     f, r = run.strategies[name].summary, run.strategies[ref].summary
     parts = []
     total = f.queue_drops_total
-    if name in PS_FAMILY and f.ps_port_drops is not None:
-        d = f"{f.ps_port_drops} packets dropped at {f.ps_port or run.ps_port} (the PS port)"
-        if total is not None and total > f.ps_port_drops:
-            d += f" and {total - f.ps_port_drops} elsewhere in the fabric"
+    port, drops = hottest_shard_port(run, run.strategies[name])
+    if port is not None and drops is not None:
+        one = len(run.shard_ports(name)) == 1 and port == run.ps_port
+        d = f"{drops} packets dropped at {port} ({'the PS port' if one else 'its hottest PS port'})"
+        if total is not None and total > drops:
+            d += f" and {total - drops} elsewhere in the fabric"
         parts.append(d)
     elif total is not None:
         d = f"{total} packets dropped in the fabric"
@@ -305,7 +442,11 @@ def _strategy_sentence(run: RunView, name: str, ref: str) -> str:
         parts.append(rtx + " in the captures")
     elif f.tcp_retransmits_kernel is not None:
         parts.append(f"{f.tcp_retransmits_kernel} TCP retransmissions (kernel count)")
-    if f.max_link_share is not None and f.busiest_link:
+    link = busiest_utilised(f)
+    if f.busiest_link_utilisation is not None and link:
+        parts.append(f"the busiest link direction {link} ran at {f.busiest_link_utilisation * 100:.0f} % of "
+                     "its rate")
+    elif f.max_link_share is not None and f.busiest_link:
         parts.append(f"the busiest link direction {f.busiest_link} carried {f.max_link_share * 100:.0f} % of "
                      "the link bytes")
     if f.iter_time_s is not None:
@@ -353,19 +494,46 @@ def _target_sentence(run: RunView) -> str:
 
 # -- sections ------------------------------------------------------------------------------------------------
 def comparison(run: RunView) -> Section:
-    """The summary's figures side by side, in two headed tables."""
+    """The summary's figures side by side, in headed tables."""
     src = "recomputed from the run folder" if run.rebuilt else "as written after the run"
+    queues = summary_table(run, "Switch queues and links", QUEUE_COLUMNS)
+    elsewhere = [s.name for s in run.ps_family if run.ps_port not in run.shard_ports(s.name)]
+    if elsewhere:
+        queues.notes.append(f"{', '.join(elsewhere)}: no parameter server on {run.config.fabric.ps_host}, so "
+                            f"PS-port drops are {run.ps_port}'s, a port its parameter servers do not use "
+                            "(their hottest port: table Cures, Hot ports).")
     return Section("Comparison", [
         summary_table(run, "Timing and loss", TIMING_COLUMNS),
-        summary_table(run, "Switch queues and links", QUEUE_COLUMNS),
+        queues,
+        Paragraph(link_sentence(run)) if link_sentence(run) else None,
         summary_table(run, "TCP", TCP_COLUMNS),
+        Paragraph("Timeouts are counted twice, independently: by the kernel (TcpExtTCPTimeouts, every host) "
+                  "and in the senders' captures (a retransmission after at least 0.75 x the minimum RTO "
+                  "without ACK progress). Timeout stall: seconds in which at least one flow waited for its "
+                  "timer; timeout idle: those of them in which the bottleneck host's link carried nothing, "
+                  "the time the timeouts cost.", note=True),
         Paragraph(f"Every value is a field of summary.json ({src}); \"What the columns mean\" gives each "
                   "field's definition.", note=True),
     ])
 
 
+def link_sentence(run: RunView) -> str:
+    """What busiest_link_utilisation, links_under_5pct_of_busiest and ecmp_imbalance mean."""
+    if not any(s.summary.links_under_5pct_of_busiest is not None or s.summary.ecmp_imbalance is not None
+               for s in run.present):
+        return ""
+    return ("Busiest link utilisation, the headline: the busiest link direction's bytes x 8 over its "
+            "configured rate x the training time, how close the strategy came to a link's capacity (its "
+            "share of all link bytes, next to it, only says how concentrated the traffic was). Links under 5 "
+            "% of the busiest: the link directions that carried less than 5 % of the busiest one's bytes, "
+            "idle while it was loaded. ECMP imbalance: over the leaves whose uplinks carried traffic, the "
+            "largest (max - min) / max of one leaf's uplink bytes; 0 when ECMP spread every leaf's traffic "
+            "evenly over the spines, 1 when a spine got none of a leaf's traffic.")
+
+
 def iteration_time(run: RunView) -> Section | None:
-    """Iteration time per step, faults placed at the step they hit."""
+    """Iteration time per step against each strategy's bound, faults placed at the step they hit; the
+    communication time split into bound, timeouts and the rest."""
     if not run.timed:
         return None
     data = {s.name: S.iteration_series(s.steps) for s in run.timed}
@@ -375,79 +543,452 @@ def iteration_time(run: RunView) -> Section | None:
         pos = S.step_position(run.strategies[name].steps, m.abs_t)
         return None if pos is None else pos - 0.5  # step k's point stands for [k - 0.5, k + 0.5]
 
-    fig, drawn = F.iteration_figure(data, colors(run), marks, at_step)
+    bounds = {s.name: {"bound_s": s.summary.bound_s,
+                       "push_then_pull_s": s.summary.push_then_pull_s if s.ps_family else None}
+              for s in run.timed if s.summary.bound_s is not None}
+    fig, drawn = F.iteration_figure(data, colors(run), marks, at_step, bounds)
     data_out: dict[str, Any] = dict(data)
     data_out["fault_steps"] = drawn
-    return Section("Iteration time", [figure(
-        "iter_time", fig, "Iteration time per step",
+    data_out["bounds"] = bounds
+    sec = Section("Iteration time and bounds", [figure(
+        "iter_time", fig, "Iteration time per step against the bounds",
         "Per step, the slowest worker's step time (t_end - t_start), per strategy; the median of these is "
-        "the table's iteration time. Red dashed: faults; grey dotted: controller events, at the step "
+        "the table's iteration time. Dashed, in the strategy's colour: its communication lower bound "
+        "(summary.json bound_s: ps (N + 1) S / B, sharded over K hosts divided by K, ring 2 (N - 1) S / (N "
+        "B)); dotted: push-then-pull 2 N S / (K B), a parameter server's step when no push overlaps a pull "
+        "(push_then_pull_s). Red dashed verticals: faults; grey dotted: controller events, at the step "
         "running when they happened.", data_out)])
+    splits = {s.name: s.summary.comm_split for s in run.timed if s.summary.comm_split}
+    if splits:
+        comm = {n: run.strategies[n].summary.comm_time_s for n in splits}
+        sec.add(figure("comm_split", F.comm_split_figure(splits, comm, colors(run)),
+                       "Communication time split into bound, timeouts and the rest",
+                       "Each strategy's median communication time per step (comm_time_s, black tick) as "
+                       "summary.json comm_split: the bound (bound_s), the timeouts (timeout_idle_s / steps: "
+                       "seconds its bottleneck host's link sat idle while a flow waited for its "
+                       "retransmission timer) and the rest (queueing, slow start, software; never below 0).",
+                       {"splits": splits, "comm_time_s": comm}))
+    sec.add(summary_table(run, "Bounds and the split of communication time", BOUND_COLUMNS,
+                          [s.name for s in run.timed]))
+    gaps = gap_sentences(run)
+    if gaps:
+        sec.add(Bullets(gaps))
+    return sec
+
+
+def reference_collective(run: RunView) -> StrategyView | None:
+    """The first collective (ring, allreduce) with timings: what the PS family is held against."""
+    return next((s for s in run.timed if (sp := parse_spec(s.name)) and sp.kind in COLLECTIVES
+                 and s.summary.comm_time_s is not None and s.summary.comm_split), None)
+
+
+def split_adds_up(f: StrategySummary, tol: float = 0.002) -> bool:
+    """comm_split's parts add up to comm_time_s (they do not when the bound and the timeouts exceed
+    the measured time: the rest is then counted as 0)."""
+    parts = sum(float(f.comm_split.get(k) or 0.0) for k in ("bound_s", "timeouts_s", "rest_s"))
+    return f.comm_time_s is not None and abs(parts - f.comm_time_s) <= tol
+
+
+def gap_sentences(run: RunView) -> list[str]:
+    """For each PS-family strategy, how much of its gap to the ring is the bound and how much the
+    timeouts (differences of summary.json's comm_split parts)."""
+    ref = reference_collective(run)
+    if ref is None:
+        return []
+    r = ref.summary
+    out = []
+    for s in run.timed:
+        f = s.summary
+        if not s.ps_family or not f.comm_split or f.comm_time_s is None or f.iter_time_s is None:
+            continue
+        gap = f.comm_time_s - r.comm_time_s
+        d = {k: float(f.comm_split.get(k) or 0.0) - float(r.comm_split.get(k) or 0.0)
+             for k in ("bound_s", "timeouts_s", "rest_s")}
+        text = (f"{s.name}: a step took {f.iter_time_s:.3f} s against {ref.name}'s {r.iter_time_s:.3f} s, "
+                f"its communication {f.comm_time_s:.3f} s against {r.comm_time_s:.3f} s. ")
+        if gap > 0:
+            pct = {k: v / gap * 100 for k, v in d.items()}
+            text += (f"Of that {gap:.3f} s gap, {d['bound_s']:.3f} s ({pct['bound_s']:.0f} %) is the bound "
+                     f"({f.bound_s:.3f} s against {r.bound_s:.3f} s), {d['timeouts_s']:.3f} s "
+                     f"({pct['timeouts_s']:.0f} %) timeouts and {d['rest_s']:.3f} s ({pct['rest_s']:.0f} %) "
+                     "the rest.")
+        else:
+            text += f"It communicated {-gap:.3f} s less than {ref.name} per step."
+        for x in (s, ref):
+            if not split_adds_up(x.summary):
+                parts = sum(float(x.summary.comm_split.get(k) or 0.0) for k in ("bound_s", "timeouts_s",
+                                                                                  "rest_s"))
+                text += (f" {x.name}'s split does not add up: bound + timeouts + rest = {parts:.3f} s, its "
+                         f"comm time {x.summary.comm_time_s:.3f} s (the rest is never below 0).")
+        out.append(text)
+    return out
+
+
+# -- cures (#15) ---------------------------------------------------------------------------------------------
+def hottest_shard_port(run: RunView, s: StrategyView) -> tuple[str | None, int | None]:
+    """The port toward one of the variant's PS hosts with the most drops (drops_by_port), and its drops."""
+    ports = run.shard_ports(s.name)
+    if not ports or s.summary.queue_drops_total is None:
+        return None, None
+    by = s.summary.drops_by_port
+    port = max(ports, key=lambda p: (by.get(p, 0), -ports.index(p)))
+    return port, int(by.get(port, 0))
+
+
+def _tcp_text(f: StrategySummary) -> str:
+    t = f.tcp or {}
+    if not t:
+        return DASH
+    rto = t.get("rto_min_ms")
+    return f"{t.get('cc', '?')}, RTO min " + (f"{rto:g} ms" if _num(rto) else "?")
+
+
+def cures(run: RunView) -> Section | None:
+    """Each PS-family variant (sharding, a lower minimum RTO, another TCP) against the plain PS and the
+    ring: what each cure changed, in a table and in sentences made of the numbers."""
+    variants = [s for s in run.timed if s.ps_family]
+    if len(variants) < 2:
+        return None
+    rows_of = [*variants, *(s for s in run.timed if not s.ps_family)]
+    cols = [Column("TCP", "summary.json tcp: the congestion control and minimum RTO read back from the "
+                   "kernel when the strategy started", numeric=False),
+            Column("iteration (s)", DOCS["iter_time_s"]), Column("bound (s)", DOCS["bound_s"]),
+            Column("iteration / bound", "iter_time_s / bound_s"),
+            Column("hottest PS-port drops", "queue drops at the busiest-dropping port toward one of the "
+                   "variant's PS hosts (drops_by_port; for one PS: ps_port_drops), in brackets that port"),
+            Column("timeouts (kernel)", DOCS["tcp_timeouts_kernel"]),
+            Column("timeout cost per step (s)", "comm_split timeouts_s: timeout_idle_s / steps"),
+            Column("busiest link utilisation", DOCS["busiest_link_utilisation"] + "; in brackets: that link"),
+            Column("fidelity", "summary.json fidelity verdict", numeric=False)]
+    rows, values = [], {}
+    for s in rows_of:
+        f = s.summary
+        port, drops = hottest_shard_port(run, s)
+        to = f.comm_split.get("timeouts_s") if f.comm_split else None
+        rows.append(Row(s.name, [
+            _tcp_text(f), fmt(f.iter_time_s, "s"), fmt(f.bound_s, "s"), _ratio(f.iter_time_s, f.bound_s),
+            f"{drops} ({port})" if port is not None else DASH, fmt(f.tcp_timeouts_kernel, "int"),
+            fmt(to, "s"), _busiest_util(f), str(f.fidelity.get("verdict") or DASH)],
+            bad=f.state != "complete"))
+        values[s.name] = {"tcp": f.tcp, "iter_time_s": f.iter_time_s, "bound_s": f.bound_s,
+                          "iter_over_bound": (f.iter_time_s / f.bound_s if f.iter_time_s and f.bound_s
+                                              else None),
+                          "hottest_ps_port": port, "hottest_ps_port_drops": drops,
+                          "tcp_timeouts_kernel": f.tcp_timeouts_kernel, "timeouts_s": to,
+                          "busiest_link_utilisation": f.busiest_link_utilisation,
+                          "verdict": f.fidelity.get("verdict")}
+    table = Table("Cures: one row per variant", "variant", cols, rows, values=values,
+                  notes=[f"{DASH} in hottest PS-port drops: the strategy has no parameter server."]
+                  if len(rows_of) > len(variants) else [])
+    return Section("Cures", [table, Bullets(cure_sentences(run, variants))])
+
+
+def base_variant(variants: list[StrategyView]) -> StrategyView | None:
+    """The plain variant the cures are measured against: a PS kind with no option (ps), else None."""
+    for s in variants:
+        sp = s.spec
+        if sp and sp.shards == 1 and sp.rto_min_ms is None and sp.cc is None and sp.placement == "dedicated":
+            return s
+    return None
+
+
+def _change(a: float, b: float, what: str, unit: str = "", digits: int = 3) -> str:
+    """"cut the step from 3.213 s to 1.029 s" / "raised ..." / "left ... at ..."."""
+    fa, fb = f"{a:.{digits}f}{unit}", f"{b:.{digits}f}{unit}"
+    if fa == fb:
+        return f"left {what} at {fa}"
+    return f"{'cut' if b < a else 'raised'} {what} from {fa} to {fb}"
+
+
+def cure_of(s: StrategyView, base: StrategyView) -> str:
+    """What the variant changes against the base, in words."""
+    sp, bp = s.spec, base.spec
+    if sp is None or bp is None:
+        return s.name
+    what = []
+    if sp.shards != bp.shards or sp.placement != bp.placement:
+        what.append(f"placing {sp.shards} shards on worker hosts" if sp.placement == "colocated"
+                    else f"sharding over {sp.shards} hosts")
+    if sp.rto_min_ms is not None:
+        what.append(f"the {sp.rto_min_ms:g} ms minimum RTO")
+    if sp.cc is not None:
+        what.append(f"{sp.cc} congestion control")
+    return (" with ".join(what) or "the variant") + f" ({s.name})"
+
+
+def cure_sentences(run: RunView, variants: list[StrategyView]) -> list[str]:
+    """Which cure removed which loss: each variant against the plain PS, from summary.json's figures."""
+    base = base_variant(variants)
+    out: list[str] = []
+    if base is None:
+        out.append("No plain parameter server (ps without options) in this run: the variants are not "
+                   "compared with one.")
+    else:
+        b = base.summary
+        bport, bdrops = hottest_shard_port(run, base)
+        for s in variants:
+            if s is base:
+                continue
+            f = s.summary
+            if f.iter_time_s is None or b.iter_time_s is None:
+                continue
+            port, drops = hottest_shard_port(run, s)
+            bits = []
+            if drops is not None and bdrops is not None:
+                verb = "cut" if drops < bdrops else ("raised" if drops > bdrops else "left")
+                bits.append(f"{verb} the hottest PS port's drops from {bdrops} ({bport}) to {drops} ({port})"
+                            if verb != "left" else f"left the hottest PS port's drops at {drops} ({port})")
+            step = _change(b.iter_time_s, f.iter_time_s, "the step", " s")
+            if f.bound_s is not None and b.bound_s is not None:
+                step += (f" (bound {b.bound_s:.3f} s -> {f.bound_s:.3f} s; iteration / bound "
+                         f"{_ratio(b.iter_time_s, b.bound_s)} -> {_ratio(f.iter_time_s, f.bound_s)})")
+            bits.append(step)
+            text = cure_of(s, base) + " " + " and ".join(bits) + "."
+            if f.tcp_timeouts_kernel is not None and b.tcp_timeouts_kernel is not None and f.comm_split \
+                    and b.comm_split:
+                c0 = float(b.comm_split.get("timeouts_s") or 0)
+                c1 = float(f.comm_split.get("timeouts_s") or 0)
+                more = "less" if c1 < c0 else "more"
+                text += (f" Timeouts (kernel): {b.tcp_timeouts_kernel} -> {f.tcp_timeouts_kernel}; they cost "
+                         f"{c1:.3f} s a step against {c0:.3f} s")
+                text += f", {abs(c1 - c0):.3f} s {more}." if f"{c0:.3f}" != f"{c1:.3f}" else ", the same."
+            if f.comm_split and b.comm_split and f.comm_time_s is not None and b.comm_time_s is not None:
+                d = {k: float(f.comm_split.get(k) or 0) - float(b.comm_split.get(k) or 0)
+                     for k in ("bound_s", "timeouts_s", "rest_s")}
+                names = {"bound_s": "the bound", "timeouts_s": "timeouts", "rest_s": "the rest"}
+                big = max(d, key=lambda k: abs(d[k]))
+                text += (f" Communication per step {b.comm_time_s:.3f} s -> {f.comm_time_s:.3f} s: bound "
+                         f"{d['bound_s']:+.3f} s, timeouts {d['timeouts_s']:+.3f} s, rest {d['rest_s']:+.3f} "
+                         f"s; the largest change is in {names[big]}.")
+            out.append(text)
+    ref = reference_collective(run)
+    timed = [s for s in variants if s.summary.iter_time_s is not None]
+    if ref is not None and timed and ref.summary.iter_time_s:
+        best = min(timed, key=lambda s: s.summary.iter_time_s or 0.0)
+        r = ref.summary
+        out.append(f"{ref.name}: a step took {r.iter_time_s:.3f} s (bound {fmt(r.bound_s, 's')} s). The "
+                   f"fastest parameter-server variant, {best.name}, took {best.summary.iter_time_s:.3f} s, "
+                   f"{best.summary.iter_time_s / r.iter_time_s:.2f}x {ref.name}'s step.")
+    degraded = [s.name for s in [*variants, *([ref] if ref else [])] if s.summary.fidelity.get("verdict") ==
+                "degraded"]
+    if degraded:
+        out.append("Fidelity degraded for " + ", ".join(degraded) + " (the box at the top): read their "
+                   "differences with that in mind.")
+    return out
+
+
+def queue_panels(run: RunView) -> list[dict[str, Any]]:
+    """The queue panels: per strategy its own worst port (summary worst_queue_port), and for the PS
+    family the PS port where that is another port; only ports with samples in queue_depth.jsonl."""
+    def make() -> list[dict[str, Any]]:
+        out = []
+        for s in run.timed:
+            f = s.summary
+            ports: list[tuple[str, str]] = []
+            worst = f.worst_queue_port
+            if worst:
+                role = "its worst port" + (", the PS port" if worst == run.ps_port and s.ps_family else "")
+                if s.ps_family and worst != run.ps_port and worst in run.shard_ports(s.name):
+                    role += ", a PS shard's port"
+                ports.append((worst, role))
+            if s.ps_family and worst != run.ps_port and run.ps_port in run.shard_ports(s.name):
+                ports.append((run.ps_port, "the PS port"))
+            for port, role in ports:
+                d = S.queue_occupancy(s, port, run.ps_port)
+                out.append({"strategy": s.name, "port": port, "role": role, "data": d,
+                            "drops": int(f.drops_by_port.get(port, 0))})
+        return out
+    return run.memo("queue_panels", make)
 
 
 def ps_queue(run: RunView) -> Section | None:
-    """The PS port's backlog, for the PS-family strategies only (no other strategy sends to the PS)."""
-    strategies = [s for s in run.ps_family if s.records]
-    if not strategies:
+    """Each strategy's queue where its traffic goes: its own worst port, and the PS port for the PS
+    family; the hot ports of each strategy as tables."""
+    panels = queue_panels(run)
+    shown = [p for p in panels if p["data"]["samples"]]
+    if not shown:
         return None
-    occ = {s.name: S.queue_occupancy(s, run.ps_port) for s in strategies}
     buf = run.config.fabric.buffer_pkts
     marks = all_marks(run)
-    fig = F.queue_figure(occ, buf, time_range(run), colors(run), marks)
-    data = {"port": run.ps_port, "buffer_pkts": buf, "strategies": occ,
-            "marks": _marks_data({n: marks.get(n, []) for n in occ}), "xlim": time_range(run)}
-    fills = [f"{n}: at most {d['max']} packets queued" for n, d in occ.items() if d["max"] is not None]
-    return Section("PS-port queue", [figure(
-        "queue_occupancy", fig, "PS-port queue occupancy",
-        f"Backlog of the PS port {run.ps_port}'s queue over time (queue_depth.jsonl), per parameter-server "
-        f"strategy; dashed: the configured buffer, {buf} packets (config fabric.buffer_pkts). "
-        + ("; ".join(fills) + "." if fills else ""), data)])
+    fig = F.queue_figure(shown, buf, time_range(run), colors(run), marks)
+    data = {"port": run.ps_port, "buffer_pkts": buf,
+            "panels": [{k: p[k] for k in ("strategy", "port", "role", "drops", "data")} for p in shown],
+            "strategies": {p["strategy"]: p["data"] for p in shown if p["port"] == run.ps_port},
+            "marks": _marks_data({n: marks.get(n, []) for n in {p["strategy"] for p in shown}}),
+            "xlim": time_range(run)}
+    missing = [f"{p['strategy']} ({p['port']})" for p in panels if not p["data"]["samples"]]
+    cap = (f"Backlog of each strategy's own worst port (summary.json worst_queue_port: its most-dropping "
+           f"port, else its busiest) over time from queue_depth.jsonl, and for the parameter-server "
+           f"strategies the PS port {run.ps_port} too where that is another port; dashed: the configured "
+           f"buffer, {buf} packets (config fabric.buffer_pkts).")
+    if missing:
+        cap += (" No samples in queue_depth.jsonl for " + ", ".join(missing) + " (a run that sampled the PS "
+                "port only).")
+    return Section("Switch queues where the traffic goes", [
+        figure("queue_occupancy", fig, "Queue occupancy at each strategy's worst port", cap, data),
+        hot_port_tables(run)])
+
+
+def hot_port_tables(run: RunView) -> Group | None:
+    """One table per strategy of summary.json hot_ports: its busiest and most-dropping switch ports."""
+    cols = [Column("kind", "uplink (leaf-spine) or host (a leaf's port toward its host)", numeric=False),
+            Column("tx (MB)", "bytes the port sent over the strategy, MB"),
+            Column("drops", "queue drops at the port over the strategy"),
+            Column("utilisation", "tx bytes x 8 / (the port's configured rate x the training time)"),
+            Column("max backlog (packets)", "the most packets its queue held (queue_depth.jsonl)")]
+    tables = []
+    for s in run.present:
+        hot = s.summary.hot_ports
+        if not hot:
+            continue
+        shards = set(run.shard_ports(s.name))
+        rows, values = [], {}
+        # busiest first; ties by name (analysis.summary takes them from a set: their order varies by run)
+        for h in sorted(hot, key=lambda h: (-(h.get("tx_bytes") or 0), -(h.get("drops") or 0),
+                                            str(h.get("port")))):
+            port = str(h.get("port"))
+            tag = " (PS port)" if port == run.ps_port and s.ps_family else (" (PS shard)" if port in shards
+                                                                             else "")
+            worst = " *" if port == s.summary.worst_queue_port else ""
+            label = port + tag + worst
+            rows.append(Row(label, [str(h.get("kind", DASH)),
+                                    fmt(h["tx_bytes"] / 1e6 if _num(h.get("tx_bytes")) else None, "f2"),
+                                    fmt(h.get("drops"), "int"), fmt(h.get("utilisation"), "pct"),
+                                    fmt(h.get("max_backlog_packets"), "int")]))
+            values[label] = dict(h)
+        tables.append(Table(f"Hot ports: {s.name}", "port", cols, rows, values=values,
+                            notes=["*: the port the queue figure shows (worst_queue_port)."]))
+    return Group(tables) if tables else None
 
 
 def drops_over_time(run: RunView) -> Section | None:
-    """Drops per second (fabric, PS port) and retransmissions per second, on the shared time axis."""
+    """Per strategy: drops per second (fabric, PS port), retransmissions per second and the
+    retransmission timeouts, on the shared time axis."""
     if not run.timed:
         return None
     iv = run.config.controller.interval
     drops = {s.name: S.drops_series(s, run.ps_port, iv) for s in run.timed}
-    pc = pcaps(run)
+    pc = retransmits(run)
     retx = pc if pc else None
-    psf = [s.name for s in run.ps_family]
+    rto = {s.name: S.rto_series(s) for s in run.timed if s.summary.tcp_timeouts_pcap is not None}
+    psf = [s.name for s in run.ps_family if run.ps_port in run.shard_ports(s.name)]
     marks, gaps = all_marks(run), all_gaps(run)
-    fig = F.drops_retx_figure(drops, retx, psf, time_range(run), colors(run), marks, gaps)
+    fig = F.drops_retx_figure(drops, retx, psf, time_range(run), colors(run), marks, gaps, rto)
     data = {"drops": drops, "retransmits": {n: {k: d[k] for k in ("t", "retransmits", "retransmits_per_s",
                                                                   "retransmits_total", "bin_s")}
                                             for n, d in pc.items()},
-            "marks": _marks_data(marks), "gaps": gaps, "xlim": time_range(run)}
-    cap = ("TCP retransmissions per second from the hosts' own captures (the segments each host sent), "
-           "counted as the table's retx (pcap)." if retx else
-           f"No retransmission panel: it needs host captures (this run: capture={run.config.capture}).")
-    return Section("Drops and retransmissions over time", [figure(
-        "drops_retransmits", fig, "Queue drops and TCP retransmissions over time",
-        f"Top: switch queue drops per second, from the controller's queue counters at every poll "
-        f"({iv:g} s), summed over all ports (solid) and at the PS port (dashed, parameter-server "
-        f"strategies); their sums are the table's drop columns. Bottom: {cap} Shaded: no controller "
+            "rto_events": rto, "marks": _marks_data(marks), "gaps": gaps, "xlim": time_range(run)}
+    cap = ("TCP retransmissions per second from the hosts' own captures (the segments each host sent, "
+           "retransmits_timeline.json), counted as the TCP table's retransmissions (pcap); red triangles: "
+           "each retransmission timeout the senders' captures show (rto_events.json, counted as timeouts "
+           "(pcap)), grey ticks: tail-loss probes." if retx else
+           f"No retransmission line: it needs host captures (this run: capture={run.config.capture}).")
+    return Section("Drops, retransmissions and timeouts over time", [figure(
+        "drops_retransmits", fig, "Queue drops, TCP retransmissions and timeouts over time",
+        f"One row per strategy. Grey: switch queue drops per second, from the controller's queue counters "
+        f"at every poll ({iv:g} s), summed over all ports; black dashed: at the PS port (parameter-server "
+        f"strategies); their sums are the drop columns of the tables. {cap} Shaded: no controller "
         "statistics; red dashed: faults; grey dotted: controller events.", data)])
 
 
 def goodput(run: RunView) -> Section | None:
-    """Payload delivered to the hosts over time (host captures only)."""
-    pc = pcaps(run)
+    """Payload delivered to the hosts over time (goodput_timeline.json): all receivers together, each
+    receiver, and each flow into the PS host."""
+    pc = goodputs(run)
     if not pc:
         return None
     marks = all_marks(run)
     rate = run.config.fabric.host_mbit
-    fig = F.goodput_figure(pc, rate, time_range(run), colors(run), marks)
+    xlim = time_range(run)
+    fig = F.goodput_figure(pc, rate, xlim, colors(run), marks)
     data: dict[str, Any] = {"strategies": {n: {k: d[k] for k in ("t", "goodput_bytes", "goodput_mbit_s",
-                                                                  "hosts", "bin_s")}
+                                                                  "hosts", "bin_s", "bytes_total")}
                                            for n, d in pc.items()},
-                            "host_mbit": rate, "marks": _marks_data(marks), "xlim": time_range(run)}
-    return Section("Goodput", [figure(
+                            "host_mbit": rate, "marks": _marks_data(marks), "xlim": xlim}
+    sec = Section("Goodput", [figure(
         "goodput", fig, "Delivered goodput over time",
         "Payload bytes the hosts received per second, each byte counted once at its first arrival (a "
-        "retransmitted copy adds nothing), from each host's own capture, summed over the hosts of the "
-        f"strategy. Dashed: the rate of one host link ({rate:g} Mbit/s): everything a parameter server "
-        "receives comes through its one link.", data)])
+        "retransmitted copy adds nothing), from each host's own capture (goodput_timeline.json, written by "
+        f"the summary), summed over the receiving hosts. Dashed: the rate of one host link ({rate:g} "
+        "Mbit/s): everything a parameter server receives comes through its one link.", data)])
+    shards = {n: run.shard_hosts(n) for n in pc}
+    per = {n: {"t": d["t"], "bin_s": d["bin_s"], "receivers": d["receivers"], "bytes_total": d["bytes_total"]}
+           for n, d in pc.items()}
+    sec.add(figure("goodput_receivers", F.receivers_figure(pc, rate, shards, xlim),
+                   "Delivered goodput per receiver",
+                   "Each receiving host's delivered goodput over time, one heatmap row per host (bright: its "
+                   f"link's full {rate:g} Mbit/s), labelled with the bytes it received in all: summary.json "
+                   "delivered_bytes_by_receiver. A parameter server's row is bright while the workers' rows "
+                   "stay dark: its one link carries every gradient.", per))
+    flows = ps_flows(run, pc)
+    if flows:
+        sec.add(figure("goodput_ps_flows", F.flows_figure(flows, xlim), "Flows into the parameter server",
+                       "Each flow into the PS host (sender:port; for a sharded parameter server, the flows "
+                       f"to its first shard, {run.config.fabric.ps_host}) as a heatmap row of its goodput "
+                       "per bin; crosses: that flow's retransmission timeouts (rto_events.json). A dark "
+                       "column across every flow is a time no gradient reached the PS: between the pushes "
+                       "(the PS sends the model back), or a synchronised stall, the senders waiting for "
+                       "their timers (the crosses in it).", flows))
+    return sec
+
+
+def ps_flows(run: RunView, pc: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per PS-family strategy: its flows into the PS host (goodput_timeline.json flows_to_ps) and the
+    timeouts of those flows (rto_events.json) as (t, row) marks."""
+    host_of = {h.ip: h.name for h in run.plan.hosts}
+    ps_ip = run.plan.host(run.config.fabric.ps_host).ip
+    out = {}
+    for name, d in pc.items():
+        s = run.strategies[name]
+        if not s.ps_family or not d["flows_to_ps"]:
+            continue
+        labels = list(d["flows_to_ps"])
+        row = {k: i for i, k in enumerate(labels)}
+        mk = []
+        for e in S.rto_series(s):
+            if e["kind"] == "tlp" or "-" not in e["flow"]:
+                continue
+            dst = e["flow"].split("-", 1)[1].rpartition(":")[0]
+            k = S.flow_label(e["flow"], host_of)
+            if dst == ps_ip and k in row:
+                mk.append((e["t"], row[k]))
+        out[name] = {"t": d["t"], "bin_s": d["bin_s"], "flows": d["flows_to_ps"], "marks": mk,
+                     "timeouts": len(mk), "ps_host": run.config.fabric.ps_host}
+    return out
+
+
+def utilisation(run: RunView) -> Section | None:
+    """Every link direction's utilisation over time as a share of its configured rate."""
+    iv = run.config.controller.interval
+    util = {s.name: u for s in run.timed if (u := S.utilisation_series(run, s, iv)) is not None}
+    if not util:
+        return None
+    fig = F.utilisation_figure(util, colors(run))
+    items = []
+    for n in util:
+        f = run.strategies[n].summary
+        link = busiest_utilised(f)
+        if link is None or f.busiest_link_utilisation is None:
+            continue
+        util_pct = f.busiest_link_utilisation * 100
+        text = f"{n}: the busiest link direction, {link}, ran at {util_pct:.1f} % of its rate"
+        if f.links_under_5pct_of_busiest is not None:
+            text += (f"; {f.links_under_5pct_of_busiest} of {len(f.bytes_by_link)} link directions carried "
+                     "less than 5 % of its bytes")
+        if f.ecmp_imbalance is not None:
+            text += (f"; ECMP imbalance {f.ecmp_imbalance:.2f}"
+                     + (" (a spine got none of some leaf's uplink traffic)" if f.ecmp_imbalance >= 0.99 else
+                        " (the leaves' uplinks evenly loaded)" if f.ecmp_imbalance <= 0.1 else ""))
+        items.append(text + ".")
+    return Section("Link utilisation", [figure(
+        "link_utilisation", fig, "Link utilisation against capacity",
+        "Each link direction's utilisation per poll interval of the controller over the strategy's training: "
+        "the port counter's increase x 8 / (the link's configured rate x the interval), the controller's "
+        "tx_bps as a share of the rate. Host links: up = what host hX sent (its leaf port's rx), down = what "
+        "its leaf port sent it (tx); uplinks: leaf to spine and spine to leaf (the white line separates "
+        "them). The mean over a row is the summary's link_utilisation of that link direction.",
+        {n: {k: d[k] for k in ("links", "labels", "kinds", "edges", "util", "mean", "end")}
+         for n, d in util.items()}), Bullets(items) if items else None])
 
 
 def bytes_per_link(run: RunView) -> Section | None:
@@ -470,6 +1011,85 @@ def bytes_per_link(run: RunView) -> Section | None:
         "table's busiest link." + (f" Left out: {left} link directions that carried less than "
                                   f"{MIN_LINK_SHARE * 100:g} % of every strategy's bytes." if left else ""),
         {"links": links, "strategies": names, "bytes": nbytes, "share": share})])
+
+
+FIDELITY_COLUMNS = [
+    ("verdict", "verdict", "text", "trustworthy, or degraded when a check failed (limits: unexplained loss "
+     f"<= {MAX_UNEXPLAINED_LOSS:.0%}, departure gap / ideal {GAP_RATIO_RANGE[0]}-{GAP_RATIO_RANGE[1]}, all "
+     f"cores >= {SATURATED:.0%} busy in <= {MAX_SATURATED_SHARE:.0%} of the seconds)"),
+    ("unexplained loss", "unexplained_loss_share", "pct", "max(0, fabric_drops_pcap - queue_drops_total) / "
+     "fabric_drops_pcap: losses the captures saw that no switch queue counted (a lower bound)"),
+    ("dequeue port", "dequeue_port", "text", "the strategy's worst host port, whose departures are checked"),
+    ("departure gap / ideal (median)", "dequeue_gap_median_over_ideal", "f3", "median gap between packets "
+     "leaving that port while its queue was backlogged, over the serialization time at its rate (1: the "
+     "configured rate exactly)"),
+    ("gaps", "dequeue_gaps", "int", "departure gaps measured"),
+    ("busiest second, mean core busy", "cpu_busy_max", "pct", "the busiest second's mean core busy share"),
+    ("seconds with every core saturated", "cpu_saturated_share", "pct",
+     f"share of the seconds with every core >= {SATURATED:.0%} busy"),
+    ("ovs-vswitchd peak (of one core)", "switch_cpu_max", "pct",
+     "the software switch's peak share of a core"),
+]
+
+
+def fidelity_table(run: RunView) -> Table | None:
+    """summary.json fidelity of every strategy, one row each."""
+    names = [s.name for s in run.present if s.summary.fidelity]
+    if not names:
+        return None
+    rows, values = [], {}
+    for n in names:
+        fid = run.strategies[n].summary.fidelity
+        cells = []
+        for _, key, kind, _ in FIDELITY_COLUMNS:
+            v = fid.get(key)
+            cells.append(f"{v:.3f}" if kind == "f3" and _num(v) else
+                         (DASH if v is None else str(v)) if kind == "text" else fmt(v, kind))
+        rows.append(Row(n, cells, bad=fid.get("verdict") == "degraded"))
+        values[n] = {key: fid.get(key) for _, key, _, _ in FIDELITY_COLUMNS}
+    cols = [Column(h, doc, numeric=kind != "text") for h, _, kind, doc in FIDELITY_COLUMNS]
+    return Table("Fidelity checks", "strategy", cols, rows, values=values)
+
+
+def fidelity(run: RunView) -> Section | None:
+    """Did the emulator keep its promise: the checks per strategy, the departure-gap CDF at each
+    strategy's worst host port, the CPU over time."""
+    table = fidelity_table(run)
+    cdfs = {s.name: c for s in run.present if (c := S.dequeue_cdf(s)) is not None}
+    cpu = {s.name: c for s in run.timed if (c := S.cpu_series(s)) is not None}
+    if table is None and not cdfs and not cpu:
+        return None
+    sec = Section("Fidelity", [Paragraph(
+        "Before its figures are trusted an emulator must show it kept its promise (after Handigol et al., "
+        "CoNEXT 2012): every loss the captures saw should be a switch queue's drop, a backlogged bottleneck "
+        "should send one packet per serialization time at its configured rate, and the machine's CPU must "
+        "not be the bottleneck. summary.json fidelity holds these checks and the verdict; the box at the "
+        "top of the page says which figures a failed check affects."), table])
+    if cdfs:
+        sec.add(figure("dequeue_cdf", F.dequeue_cdf_figure(cdfs, GAP_RATIO_RANGE, colors(run)),
+                       "Departure gaps at the bottleneck",
+                       "CDF of the gaps between consecutive packets leaving each strategy's worst host port "
+                       "while its queue was backlogged, over one packet's serialization time at the port's "
+                       "configured rate (dequeue.json; the port's own capture where there is one, else the "
+                       "receiver's). Dashed: the ideal, 1; shaded: the range in which the median counts as "
+                       "the configured rate. A curve far left of 1 is packets leaving in bursts, far right a "
+                       "link slower than configured.", cdfs))
+    if cpu:
+        facts = {}
+        for n in cpu:
+            fid = run.strategies[n].summary.fidelity
+            sat, top = fid.get("cpu_saturated_share"), fid.get("switch_cpu_max")
+            facts[n] = (f"every core >= {SATURATED * 100:.0f} % busy in {fmt(sat, 'pct')} of the seconds "
+                        f"from its start (the fidelity check), ovs-vswitchd at most {fmt(top, 'pct')} of a "
+                        "core")
+        sec.add(figure("cpu", F.cpu_figure(cpu, SATURATED, time_range(run), facts), "CPU over time",
+                       "Per strategy, each core's busy share per second and ovs-vswitchd's CPU time per "
+                       "second (of one core; it can exceed 100 % with several threads), from cpu.jsonl, over "
+                       "the seconds the fidelity check counts: from the strategy's start, the setup before "
+                       "its first training step (shaded: processes starting, TCP set, captures started) "
+                       "included. Dotted: the saturation line of the check. Where every core is saturated, "
+                       "workers, switch and captures waited for the CPU.", cpu))
+    return sec
 
 
 def _natural(name: str) -> list[Any]:
@@ -608,8 +1228,8 @@ def _straggler_sentences(run: RunView, slow: dict[int, str]) -> list[str]:
 
 
 SECTIONS: list[Callable[[RunView], Section | None]] = [
-    findings, comparison, iteration_time, ps_queue, drops_over_time, goodput, bytes_per_link,
-    faults_and_events, stragglers,
+    findings, comparison, iteration_time, cures, ps_queue, drops_over_time, goodput, utilisation,
+    bytes_per_link, fidelity, faults_and_events, stragglers,
 ]
 
 
@@ -621,13 +1241,18 @@ def facts(run: RunView) -> list[str]:
            f"fabric {fab.spines} spines x {fab.leaves} leaves x {fab.hosts_per_leaf} hosts",
            f"host links {fab.host_mbit:g} Mbit/s, uplinks {fab.uplink_mbit:g} Mbit/s",
            f"switch buffers {fab.buffer_pkts} packets", f"PS {fab.ps_host} on {run.ps_port}",
-           f"capture {cfg.capture}", f"TCP {cfg.cc}"]
+           f"capture {cfg.capture}"]
     if cfg.stragglers:
         out.append("stragglers " + ", ".join(st.host for st in cfg.stragglers))
     if cfg.faults:
         out.append("faults " + ", ".join(cfg.faults))
-    env = (run.folder.config_doc() or {}).get("environment") or {}
+    env = run.environment
     if env:
-        out.append(f"{env.get('datapath', '?')} datapath, {env.get('virtualisation', '?')}, "
-                   f"{env.get('cores', '?')} cores")
+        rto = env.get("rto_min_ms")
+        out += [f"OVS {env.get('datapath', '?')} datapath", f"kernel {env.get('kernel', '?')}",
+                f"{env.get('cores', '?')} cores", f"virtualisation {env.get('virtualisation', '?')}",
+                f"TCP {env.get('cc', cfg.cc)}, minimum RTO "
+                + (f"{rto:g} ms" if _num(rto) else "?") + " (unless a variant sets its own)"]
+    else:
+        out.append(f"TCP {cfg.cc}")
     return out

@@ -2,9 +2,13 @@
 
 Nothing here is a figure of summary.json: those are rendered from the summary (report/sections.py).
 What is here is their course over time (or per step), which the summary does not hold: iteration
-time per step, the PS port's backlog, drops and retransmissions per second, delivered goodput, loss
-per step, fault and event marks, holes in the controller's statistics. Where a series has a total in
-the summary it adds up to it (same records, same window), which the tests check.
+time per step, each port's backlog, drops and retransmissions per second, RTO events, delivered
+goodput per receiver and per flow, link utilisation per poll, CPU per second, the dequeue-gap CDF,
+loss per step, fault and event marks, holes in the controller's statistics. Where a series has a
+total in the summary it adds up to it (same records, same window), which the tests check.
+
+The pcaps are read once, by analysis.summary, which writes the per-strategy files these series
+come from (goodput_timeline.json, retransmits_timeline.json, rto_events.json, dequeue.json).
 
 Times are seconds since the strategy's t0 (its first training step), so strategies that ran one
 after the other share one axis. Every function returns plain lists and dicts (JSON-ready), so the
@@ -24,7 +28,6 @@ from analysis.summary import iteration_times
 from report.run import RunView, StrategyView
 from runmodel.records import ControllerEvent, FaultRecord, QueueStatSample, StepRecord
 
-PCAP_BIN_S = 0.1  # bin of the pcap series (retransmissions, goodput)
 EVENT_CLUSTER_S = 0.5  # controller events of one kind closer than this are one mark
 GAP_POLLS = 3  # controller statistics missing for more than this many poll intervals: a gap
 CONTROLLER_EVENTS = ("port_down", "port_up", "reroute", "switch_connected", "switch_disconnected")
@@ -110,64 +113,186 @@ def drops_series(s: StrategyView, ps_port: str, interval: float) -> dict[str, An
     return {"fabric": fabric, "ps_port": port}
 
 
-def queue_occupancy(s: StrategyView, port: str) -> dict[str, Any]:
-    """The port's qdisc backlog (packets) over time, from queue_depth.jsonl."""
+def queue_occupancy(s: StrategyView, port: str, ps_port: str | None = None) -> dict[str, Any]:
+    """The port's qdisc backlog (packets) over time, from queue_depth.jsonl: the lines of that port
+    (lines without a port, of runs that sampled the PS port only, are the PS port's). The sampler
+    writes a port's line only when its counters changed, so a backlog holds until the next line."""
     t0 = s.t0 or 0.0
-    pts = [q for q in s.queue if q.port in ("", port)]
+    ps_port = port if ps_port is None else ps_port
+    pts = [q for q in s.queue if q.port == port or (not q.port and port == ps_port)]
     vals = [q.backlog_packets for q in pts]
     return {"port": port, "t": [q.t - t0 for q in pts], "backlog_packets": vals,
-            "max": max(vals, default=None)}
+            "max": max(vals, default=None), "samples": len(pts)}
 
 
-# -- pcaps --------------------------------------------------------------------------------------------
-def pcap_series(run: RunView, s: StrategyView, bin_s: float = PCAP_BIN_S) -> dict[str, Any] | None:
-    """Retransmissions and delivered goodput per bin from the host captures (None without any).
+# -- the per-strategy files the summary wrote (the pcaps are read once, by analysis.summary) ----------
+def retransmit_series(s: StrategyView) -> dict[str, Any] | None:
+    """Retransmissions per bin from retransmits_timeline.json: every host capture's retransmitted
+    segments that host sent (analysis.summary counts the same segments as tcp_retransmits_pcap).
+    None without the file (no host captures)."""
+    doc, t0 = s.retransmits_timeline, s.t0
+    if not doc or t0 is None or not doc.get("bin_s") or s.summary.tcp_retransmits_pcap is None:
+        return None  # (a file the summary did not write this time, e.g. the captures are gone, is stale)
+    bin_s, counts = float(doc["bin_s"]), [int(c) for c in doc.get("counts") or []]
+    start = float(doc.get("t0") or 0.0) - t0
+    return {"bin_s": bin_s, "t": [start + i * bin_s for i in range(len(counts))], "retransmits": counts,
+            "retransmits_per_s": [c / bin_s for c in counts], "retransmits_total": sum(counts)}
 
-    Retransmissions: each host's capture, the segments that host sent, as the summary counts
-    tcp_retransmits_pcap (analysis.tcp). Goodput: the payload bytes each host received, each byte
-    once at its first arrival (analysis.goodput), summed over the hosts. Bins run from the strategy's
-    start (status t_start) to its end."""
-    from analysis.errors import AnalysisError
-    from analysis.goodput import delivered_bytes
-    from analysis.pcapfile import read_pcap, str_to_ip
-    from analysis.tcp import analyze
 
-    window = s.window
-    if s.capture is None or window is None or s.t0 is None:
+def goodput_series(s: StrategyView) -> dict[str, Any] | None:
+    """Delivered goodput from goodput_timeline.json: per receiving host, the unique payload bytes that
+    reached it per bin (each byte once, at its first arrival), their total per bin, and the PS host's
+    incoming flows. `bytes` per receiver is the file's total (the summary's
+    delivered_bytes_by_receiver); the series are Mbit/s per bin. None without the file."""
+    doc, t0 = s.goodput_timeline, s.t0
+    if not doc or t0 is None or not doc.get("bin_s") or not doc.get("by_receiver") or \
+            s.summary.delivered_bytes is None:
         return None
-    start, end = window
-    width = int(round(bin_s * 1e9))
-    nbins = int((end - start) * 1e9 // width) + 1
-    ip = {h.name: str_to_ip(h.ip) for h in run.plan.hosts}
-    retx = np.zeros(nbins, dtype=np.int64)
-    good = np.zeros(nbins, dtype=np.int64)
-    hosts: list[str] = []
-    retx_total = 0
-    for pt in s.capture.points:
-        if pt.name == "ps-port" or pt.name not in ip:
-            continue
-        try:
-            pk = read_pcap(str(s.folder.path / pt.file), allow_truncated=True, require_tcp=False)
-        except AnalysisError:
-            continue
-        hosts.append(pt.name)
-        mine = pk.src == ip[pt.name]
-        if mine.any():
-            an = analyze(pk)
-            ts = pk.ts_ns[an.retransmission_mask() & mine]
-            retx_total += int(ts.size)
-            k = np.clip((ts - int(start * 1e9)) // width, 0, nbins - 1)
-            retx += np.bincount(k, minlength=nbins)[:nbins]
-        got = delivered_bytes(pk, bin_s=bin_s, t0=start, receiver=ip[pt.name])
-        for recv in got.by_receiver.values():
-            series = np.asarray(recv["series"], dtype=np.int64)[:nbins]
-            good[: series.size] += series
-    if not hosts:
+    bin_s = float(doc["bin_s"])
+    start = float(doc.get("t0") or t0) - t0
+    receivers = {h: {"bytes": int(r.get("bytes") or 0), "mbit_s": [float(x) for x in r.get("mbit_s") or []]}
+                 for h, r in sorted(doc["by_receiver"].items(), key=lambda kv: _natural(kv[0]))}
+    n = max((len(r["mbit_s"]) for r in receivers.values()), default=0)
+    total = [sum(r["mbit_s"][i] for r in receivers.values() if i < len(r["mbit_s"])) for i in range(n)]
+    flows = {k: [float(x) for x in v] for k, v in sorted((doc.get("flows_to_ps") or {}).items(),
+                                                        key=lambda kv: _natural(kv[0]))}
+    return {"bin_s": bin_s, "t": [start + i * bin_s for i in range(n)], "receivers": receivers,
+            "hosts": list(receivers), "goodput_mbit_s": total,
+            "goodput_bytes": [x * 1e6 * bin_s / 8 for x in total],
+            "bytes_total": sum(r["bytes"] for r in receivers.values()), "flows_to_ps": flows}
+
+
+def rto_series(s: StrategyView) -> list[dict[str, Any]]:
+    """rto_events.json's events (retransmission timeouts "rto", SYN timeouts "syn", tail-loss probes
+    "tlp"), t in seconds since the strategy's t0, each with its sending host, flow and idle time."""
+    t0 = s.t0
+    if t0 is None or s.summary.tcp_timeouts_pcap is None:
+        return []
+    return [{"t": float(e["t"]) - t0, "host": str(e.get("host", "")), "flow": str(e.get("flow", "")),
+             "kind": str(e.get("kind", "rto")), "idle_s": float(e.get("idle_s") or 0.0)}
+            for e in s.rto_events]
+
+
+def flow_label(flow: str, host_of: dict[str, str]) -> str:
+    """"10.0.0.2:35026-10.0.0.1:29600" -> "h2:35026" (the sender and its port: goodput_timeline.json's
+    key of a flow to the PS)."""
+    src = flow.split("-", 1)[0]
+    ip, _, port = src.rpartition(":")
+    return f"{host_of.get(ip, ip)}:{port}"
+
+
+def dequeue_cdf(s: StrategyView) -> dict[str, Any] | None:
+    """dequeue.json: the CDF of the gaps between packets leaving the strategy's worst host port while
+    its queue was backlogged, over the serialization time at the port's rate (1 = the configured
+    rate exactly)."""
+    d = s.dequeue
+    measured = s.summary.fidelity.get("dequeue_port")
+    if not d or not d.get("cdf_x") or not d.get("cdf_y") or d.get("port") != measured:
+        return None  # none, or not the one the summary's check measured
+    return {"port": d.get("port"), "x": [float(v) for v in d["cdf_x"]], "y": [float(v) for v in d["cdf_y"]],
+            "median": d.get("median_ratio"), "gaps": d.get("gaps"), "percentiles": d.get("percentiles") or {},
+            "rate_bps": d.get("rate_bps")}
+
+
+def cpu_series(s: StrategyView) -> dict[str, Any] | None:
+    """cpu.jsonl inside the strategy's window (as analysis.fidelity reads it: [t_start, t_end + 1 s]):
+    each core's busy share, their mean, and ovs-vswitchd's share of one core, per second."""
+    t0, window = s.t0, s.window
+    if t0 is None or window is None:
         return None
-    t = [start - s.t0 + i * bin_s for i in range(nbins)]
-    return {"bin_s": bin_s, "t": t, "hosts": hosts, "retransmits": retx.tolist(),
-            "retransmits_per_s": (retx / bin_s).tolist(), "retransmits_total": retx_total,
-            "goodput_bytes": good.tolist(), "goodput_mbit_s": (good * 8 / bin_s / 1e6).tolist()}
+    inside = [c for c in s.cpu if window[0] <= c.t <= window[1] + 1.0 and c.cores]
+    if not inside:
+        return None
+    ncores = max(len(c.cores) for c in inside)
+    cores = [[c.cores[k] if k < len(c.cores) else None for c in inside] for k in range(ncores)]
+    return {"t": [c.t - t0 for c in inside], "cores": cores,
+            "mean": [sum(c.cores) / len(c.cores) for c in inside],
+            "switch": [c.switch for c in inside], "start": window[0] - t0}
+
+
+# -- link utilisation against capacity -----------------------------------------------------------------
+def link_rows(run: RunView) -> list[dict[str, Any]]:
+    """Every link direction of the fabric, host links first (per host: up = hX-eth0 sending, seen as
+    its leaf port's rx; down = the leaf port's tx), then the uplinks (each leaf-spine link both ways).
+    Each row: link (the name bytes_by_link uses), kind (host or uplink), label, the port whose counter
+    it reads, the counter, the configured rate (Mbit/s)."""
+    plan = run.plan
+    rows = []
+    for h in sorted(plan.hosts, key=lambda h: h.index):
+        ps = " (PS port)" if h.leaf_port == run.ps_port else ""
+        rows.append({"link": h.nic, "kind": "host", "port": h.leaf_port, "counter": "rx_bytes",
+                     "label": f"host {h.name} up: {h.nic}", "rate_mbit": h.rate_mbit})
+        rows.append({"link": h.leaf_port, "kind": "host", "port": h.leaf_port, "counter": "tx_bytes",
+                     "label": f"host {h.name} down: {h.leaf_port}{ps}", "rate_mbit": h.rate_mbit})
+    for ln in plan.links:
+        if ln.kind != "uplink":
+            continue
+        a, b = f"{ln.a}-eth{ln.a_port}", f"{ln.b}-eth{ln.b_port}"
+        rows.append({"link": a, "kind": "uplink", "label": f"uplink {ln.a}>{ln.b}: {a}", "port": a,
+                     "counter": "tx_bytes", "rate_mbit": ln.rate_mbit})
+        rows.append({"link": b, "kind": "uplink", "label": f"uplink {ln.b}>{ln.a}: {b}", "port": b,
+                     "counter": "tx_bytes", "rate_mbit": ln.rate_mbit})
+    return rows
+
+
+def poll_rounds(s: StrategyView, interval: float) -> list[float]:
+    """The times of the controller's poll rounds (a round polls every switch within a fraction of
+    the interval; its time is the mean of its samples), seconds since the strategy's t0."""
+    t0 = s.t0 or 0.0
+    ts = sorted(x.t for x in s.controller.ports)
+    if not ts:
+        return []
+    rounds: dict[int, list[float]] = {}
+    for t in ts:
+        rounds.setdefault(round((t - ts[0]) / interval), []).append(t)
+    return [statistics.fmean(v) - t0 for _, v in sorted(rounds.items())]
+
+
+def utilisation_series(run: RunView, s: StrategyView, interval: float) -> dict[str, Any] | None:
+    """Each link direction's utilisation per poll interval of the controller over the strategy's
+    training: the port counter's increase between two poll rounds x 8 / (configured rate x their
+    distance), the controller's tx_bps (rx_bps for a host's own sending) as a share of the rate.
+    The intervals run from the last round at or before the first training step to the first round
+    at or after the last step's end. `mean` per link is those bytes over the training time (first
+    step to last step, the summary's wall_time_s): the summary's link_utilisation, counted over the
+    polls around the training instead of the whole strategy."""
+    end = s.training_end
+    if s.t0 is None or not end or end <= 0:
+        return None
+    ports = s.controller.port_series()
+    rounds = poll_rounds(s, interval)
+    before = [t for t in rounds if t <= 0.0]
+    after = [t for t in rounds if t >= end]
+    edges = ([before[-1]] if before else []) + [t for t in rounds if 0.0 < t < end] + \
+        ([after[0]] if after else [])
+    if len(edges) < 2:
+        return None
+    t0 = s.t0
+    e = np.array(edges)
+    width = np.maximum(np.diff(e), 1e-9)
+    rows, util, mean = [], [], {}
+    for row in link_rows(run):
+        samples = ports.get(row["port"], [])
+        if len(samples) < 2:
+            continue
+        ts = np.array([x.t - t0 for x in samples])
+        cum = np.array([float(getattr(x, row["counter"])) for x in samples])
+        at = np.interp(e, ts, cum)
+        cap = row["rate_mbit"] * 1e6
+        rows.append(row)
+        util.append([round(float(v), 5) for v in np.diff(at) * 8 / (cap * width)])
+        mean[row["link"]] = float((at[-1] - at[0]) * 8 / (cap * end))
+    if not rows:
+        return None
+    return {"links": [r["link"] for r in rows], "labels": [r["label"] for r in rows],
+            "kinds": [r["kind"] for r in rows], "rate_mbit": [r["rate_mbit"] for r in rows],
+            "edges": [float(x) for x in edges], "util": util, "mean": mean, "interval": interval, "end": end}
+
+
+def _natural(name: str) -> list[Any]:
+    import re
+
+    return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name)]
 
 
 # -- faults, events, gaps -------------------------------------------------------------------------------

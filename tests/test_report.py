@@ -31,7 +31,11 @@ from runmodel.records import FaultRecord, JsonlWriter
 from tests.conftest import ROOT, require
 from tests.make_run_fixture import FIXTURE_DIR, MAX_BYTES, header_bytes
 
-BASE_FIGURES = {"iter_time", "queue_occupancy", "drops_retransmits", "goodput", "link_bytes"}
+BASE_FIGURES = {"iter_time", "comm_split", "queue_occupancy", "drops_retransmits", "goodput",
+                "goodput_receivers", "goodput_ps_flows", "link_utilisation", "link_bytes", "dequeue_cdf",
+                "cpu"}
+SUMMARY_TABLES = ["timing-and-loss", "switch-queues-and-links", "tcp",
+                  "bounds-and-the-split-of-communication-time"]
 STRAGGLER_FIGURES = {"compute_share", "loss"}
 ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
 CHROMIUM = shutil.which("chromium")
@@ -54,6 +58,15 @@ def t0_of(run: Path, strategy: str) -> float:
 
 def summary_of(run: Path) -> dict[str, Any]:
     return json.loads((run / "summary.json").read_text())
+
+
+def hot_sorted(summary: dict[str, Any]) -> dict[str, Any]:
+    """summary.json with each strategy's hot_ports in one order: analysis.summary collects them in a set,
+    so ports with equal tx bytes come in an order that changes from process to process."""
+    out = json.loads(json.dumps(summary))
+    for fig in out["strategies"].values():
+        fig["hot_ports"] = sorted(fig.get("hot_ports") or [], key=lambda h: (-h["tx_bytes"], h["port"]))
+    return out
 
 
 def edit_json(path: Path, **changes: Any) -> None:
@@ -136,8 +149,9 @@ def test_files_written_and_html_self_contained(built: tuple[Path, dict[str, Any]
     md = (run / "report.md").read_text()
     linked = re.findall(r"!\[[^\]]*\]\((figures/[^)]+\.png)\)", md)
     assert sorted(linked) == sorted(f"figures/{k}.png" for k in BASE_FIGURES)
-    assert res["complete"] is True and res["callouts"] == [] and res["summary_rebuilt"] is None
-    assert "COMPLETE" in html and "INCOMPLETE" not in html and "WARNING" not in md
+    assert res["complete"] is True and res["summary_rebuilt"] is None
+    assert [c["title"] for c in res["callouts"]] == ["Fidelity verdict: degraded"]  # the fixture's ps is
+    assert "COMPLETE" in html and "INCOMPLETE" not in html and "WARNING: Run incomplete" not in md
     assert "*" not in "".join(c for t in res["tables"].values() for row in t["rows"].values() for c in row)
 
 
@@ -153,8 +167,9 @@ def test_tables_are_summary_json(built: tuple[Path, dict[str, Any]]) -> None:
     run, res = built
     summary = summary_of(run)["strategies"]
     tables = res["tables"]
-    assert list(tables) == ["timing-and-loss", "switch-queues-and-links", "tcp"]
-    for key, t in tables.items():
+    assert [k for k in tables if k in SUMMARY_TABLES] == SUMMARY_TABLES
+    for key in SUMMARY_TABLES:
+        t = tables[key]
         assert set(t["rows"]) == {"ps", "ring"} and set(t["values"]) == {"ps", "ring"}
         for strategy, values in t["values"].items():
             for field, value in values.items():
@@ -169,8 +184,8 @@ def test_tables_are_summary_json(built: tuple[Path, dict[str, Any]]) -> None:
     q = tables["switch-queues-and-links"]
     ps = q["rows"]["ps"]
     assert ps[q["headers"].index("PS-port drops")] == str(summary["ps"]["ps_port_drops"])
-    assert ps[q["headers"].index("busiest link (share)")] == \
-        f"{summary['ps']['busiest_link']} ({summary['ps']['max_link_share'] * 100:.1f} %)"
+    assert ps[q["headers"].index("busiest link, share of all link bytes")] == \
+        f"{summary['ps']['max_link_share'] * 100:.1f} % ({summary['ps']['busiest_link']})"
     tcp = tables["tcp"]
     assert tcp["rows"]["ps"][tcp["headers"].index("retransmissions (pcap)")] == \
         str(summary["ps"]["tcp_retransmits_pcap"])
@@ -178,7 +193,7 @@ def test_tables_are_summary_json(built: tuple[Path, dict[str, Any]]) -> None:
     md = md_tables((run / "report.md").read_text())
     html = (run / "report.html").read_text()
     for key, t in tables.items():
-        assert md[t["heading"]][0] == [t["label_header"], *t["headers"]]
+        assert md[t["heading"]][0] == [t["label_header"], *t["headers"]], key
         assert {r[0]: r[1:] for r in md[t["heading"]][1:]} == t["rows"]
         assert f"<h3 id='table-{key}'>{t['heading']}</h3>" in html
 
@@ -199,7 +214,7 @@ def test_same_tables_without_summary_json(run_copy: Path) -> None:
     without = report()
     assert md_tables(with_summary) == md_tables(without)
     assert len(md_tables(without)) >= 3
-    assert summary_of(run_copy) == written  # rebuilt by the code that wrote it
+    assert hot_sorted(summary_of(run_copy)) == hot_sorted(written)  # rebuilt by the code that wrote it
     for md in (with_summary, without):
         assert md.startswith("# incastlab report: run (complete)")
         assert "INCOMPLETE" not in md and "Run incomplete" not in md and "did not finish" not in md
@@ -233,18 +248,41 @@ def test_iteration_times_equal_worker_logs(built: tuple[Path, dict[str, Any]]) -
         assert round(median, 4) == summary_of(run)["strategies"][strategy]["iter_time_s"]
 
 
-def test_ps_queue_only_for_the_ps_family(built: tuple[Path, dict[str, Any]]) -> None:
+def test_queue_panels_at_each_strategys_worst_port(built: tuple[Path, dict[str, Any]]) -> None:
+    """Each strategy measured where its traffic goes: its own worst port (summary worst_queue_port), from
+    that port's lines of queue_depth.jsonl, against the configured buffer."""
     run, res = built
     fig = res["figures"]["queue_occupancy"]
     cfg = json.loads((run / "config.json").read_text())
-    assert fig["buffer_pkts"] == cfg["fabric"]["buffer_pkts"] == 20
-    assert fig["port"] == "lf1-eth3" and list(fig["strategies"]) == ["ps"]  # ring sends nothing to the PS
-    rows = jsonl(run / "ps" / "queue_depth.jsonl")
-    got = fig["strategies"]["ps"]
-    assert got["backlog_packets"] == [r["backlog_packets"] for r in rows]
-    t0 = t0_of(run, "ps")
-    assert got["t"] == pytest.approx([r["t"] - t0 for r in rows])
-    assert got["max"] == max(r["backlog_packets"] for r in rows) >= 0.9 * cfg["fabric"]["buffer_pkts"]
+    summary = summary_of(run)["strategies"]
+    assert fig["buffer_pkts"] == cfg["fabric"]["buffer_pkts"] == 20 and fig["port"] == "lf1-eth3"
+    panels = {(p["strategy"], p["port"]): p for p in fig["panels"]}
+    assert set(panels) == {(s, summary[s]["worst_queue_port"]) for s in ("ps", "ring")}
+    assert summary["ps"]["worst_queue_port"] == "lf1-eth3" != summary["ring"]["worst_queue_port"]
+    for (strategy, port), p in panels.items():
+        rows = [r for r in jsonl(run / strategy / "queue_depth.jsonl") if r.get("port") == port]
+        got = p["data"]
+        assert rows and got["backlog_packets"] == [r["backlog_packets"] for r in rows]
+        t0 = t0_of(run, strategy)
+        assert got["t"] == pytest.approx([r["t"] - t0 for r in rows])
+        assert got["max"] == max(r["backlog_packets"] for r in rows)
+        hot = {h["port"]: h for h in summary[strategy]["hot_ports"]}
+        assert got["max"] == hot[port]["max_backlog_packets"]
+        assert p["drops"] == summary[strategy]["drops_by_port"].get(port, 0)
+    assert panels[("ps", "lf1-eth3")]["role"] == "its worst port, the PS port"
+    assert fig["strategies"]["ps"]["max"] >= 0.9 * cfg["fabric"]["buffer_pkts"]
+
+
+def test_queue_lines_without_a_port_are_the_ps_port(run_copy: Path) -> None:
+    """Runs from before the every-port sampler wrote lines without `port`: the PS port's."""
+    path = run_copy / "ps" / "queue_depth.jsonl"
+    rows = [r for r in jsonl(path) if r["port"] == "lf1-eth3"]
+    path.write_text("".join(json.dumps({k: v for k, v in r.items() if k != "port"}) + "\n" for r in rows))
+    (run_copy / "summary.json").unlink()
+    res = build_report(run_copy)
+    panel = next(p for p in res["figures"]["queue_occupancy"]["panels"] if p["strategy"] == "ps")
+    assert panel["port"] == "lf1-eth3"
+    assert panel["data"]["backlog_packets"] == [r["backlog_packets"] for r in rows]
 
 
 def test_drops_add_up_to_the_summary(built: tuple[Path, dict[str, Any]]) -> None:
@@ -321,7 +359,9 @@ def test_without_the_ps_family_no_ps_panels(run_copy: Path) -> None:
     edit_json(run_copy / "config.json", strategies=["ring"])
     (run_copy / "summary.json").unlink()
     res = build_report(run_copy)
-    assert "PS-port queue" not in res["sections"] and "queue_occupancy" not in res["figures"]
+    panels = res["figures"]["queue_occupancy"]["panels"]  # the ring's own worst port, no PS port
+    assert [(p["strategy"], p["role"]) for p in panels] == [("ring", "its worst port")]
+    assert panels[0]["port"] != "lf1-eth3" and "Cures" not in res["sections"]
     assert res["strategies"] == ["ring"] and res["complete"]
     assert list(res["figures"]["drops_retransmits"]["drops"]) == ["ring"]
     assert "lf1-eth3 (the PS port)" not in (run_copy / "report.html").read_text()
@@ -397,7 +437,7 @@ def test_no_host_captures(run_copy: Path) -> None:
     assert tcp["rows"]["ps"][tcp["headers"].index("retransmissions (pcap)")] == "–"
     assert tcp["values"]["ps"]["tcp_retransmits_pcap"] is None
     md = (run_copy / "report.md").read_text()
-    assert "no host captures" in md and "No retransmission panel" in md
+    assert "no host captures" in md and "No retransmission line" in md
 
 
 # -- faults, events, gaps ---------------------------------------------------------------------------------
@@ -479,7 +519,8 @@ def test_missing_strategy_folder(run_copy: Path) -> None:
     (run_copy / "summary.json").unlink()
     res = build_report(run_copy)
     assert res["complete"] is False
-    assert "ring: missing (no strategy folder)" in res["callouts"][0]["items"]
+    warn = next(c for c in res["callouts"] if c["title"] == "Run incomplete")
+    assert "ring: missing (no strategy folder)" in warn["items"]
     timing = res["tables"]["timing-and-loss"]
     assert timing["rows"]["ring"][0] == "missing" and set(timing["rows"]["ring"][2:]) == {"–"}
     assert "ring" not in res["figures"]["iter_time"]
