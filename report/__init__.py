@@ -1,9 +1,11 @@
 """The report: the top of the data flow (topologies -> controller -> workloads -> capture -> analysis ->
 report). It renders summary.json (rebuilt by analysis.summary when missing) and plots time series
-binned from the run model's records.
+binned from the run model's records and from the per-strategy files analysis.summary writes next to
+it (goodput_timeline.json, retransmits_timeline.json, rto_events.json, dequeue.json): the pcaps are
+read once, by the summary. At the top of the page: the fidelity verdict.
 
     run.py       RunView: the RunSummary and the RunFolder's typed records, read once
-    series.py    the data of the figures (per step, per poll, per pcap bin), nothing the summary holds
+    series.py    the data of the figures (per step, per poll, per bin), nothing the summary holds
     figures.py   matplotlib figures on the Agg canvas
     doc.py       the document model: Document, Section, Paragraph, Bullets, Table, Figure, Callout
     sections.py  the callouts and sections of the page, one function of the RunView each

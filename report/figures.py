@@ -310,8 +310,8 @@ def _time_heatmaps(rows: list[dict[str, Any]], xlim: tuple[float, float], vmax: 
         ax.set_xlim(*xlim)
     axes[-1][0].set_xlabel(TIME_LABEL)
     if mesh is not None:
-        fig.colorbar(mesh, ax=[a[0] for a in axes], label=cbar, shrink=min(1.0, 6.0 / max(1.0, total)),
-                     aspect=30)
+        fig.colorbar(mesh, ax=[a[0] for a in axes], label=cbar, shrink=min(1.0, 8.0 / max(1.0, total)),
+                     aspect=25 if total > 3 else 12)
     fig.suptitle(suptitle, fontsize=10)
     return fig
 
@@ -329,9 +329,9 @@ def receivers_figure(goodput: dict[str, dict[str, Any]], host_mbit: float, ps_ho
         rows.append({"title": f"{name}: delivered goodput per receiving host, total "
                               f"{d['bytes_total'] / 1e6:.2f} MB", "labels": labels, "t": d["t"],
                      "bin_s": d["bin_s"], "values": [d["receivers"][h]["mbit_s"] for h in hosts]})
-    return _time_heatmaps(rows, xlim, host_mbit, f"goodput (Mbit/s; top of the scale: one host link, "
-                          f"{host_mbit:g} Mbit/s)", "Delivered goodput per receiver (each byte once, at its "
-                          f"first arrival; {int(_bin(goodput) * 1000)} ms bins)")
+    return _time_heatmaps(rows, xlim, host_mbit, "goodput (Mbit/s)", "Delivered goodput per receiver (each "
+                          f"byte once, at its first arrival; {int(_bin(goodput) * 1000)} ms bins; top of the "
+                          f"scale: one host link, {host_mbit:g} Mbit/s)")
 
 
 def flows_figure(flows: dict[str, dict[str, Any]], xlim: tuple[float, float]) -> Figure:
@@ -348,7 +348,7 @@ def flows_figure(flows: dict[str, dict[str, Any]], xlim: tuple[float, float]) ->
         vals = sorted(v for k in labels for v in d["flows"][k] if v > 0)
         if vals:
             vmax = max(vmax, vals[int(0.98 * (len(vals) - 1))])
-    return _time_heatmaps(rows, xlim, vmax or 1.0, "goodput of the flow (Mbit/s)",
+    return _time_heatmaps(rows, xlim, vmax or 1.0, "goodput (Mbit/s)",
                           "Flows into the parameter server: goodput per flow, its retransmission timeouts "
                           "crossed", cmap="viridis")
 

@@ -171,8 +171,10 @@ PS_COLUMNS = [
 ]
 
 
-def summary_table(run: RunView, heading: str, cols: list[Col], names: list[str] | None = None) -> Table:
-    """One row per strategy, the summary's figures in the given columns; notes say what a "–" means."""
+def summary_table(run: RunView, heading: str, cols: list[Col], names: list[str] | None = None,
+                  by_design: dict[str, str] | None = None) -> Table:
+    """One row per strategy, the summary's figures in the given columns; notes say what a "–" means
+    (`by_design`: field -> the note of a column whose "–" means the field does not apply)."""
     names = names if names is not None else list(run.strategies)
     cols = known(cols)
     rows, values = [], {}
@@ -180,8 +182,9 @@ def summary_table(run: RunView, heading: str, cols: list[Col], names: list[str] 
         fig = run.strategies[name].summary
         rows.append(Row(name, [c.cell(fig) for c in cols], bad=fig.state != "complete"))
         values[name] = {c.key: getattr(fig, c.key, None) for c in cols}
-    return Table(heading, "strategy", [c.column() for c in cols], rows, notes=dash_notes(run, cols, names),
-                 values=values)
+    notes = dash_notes(run, [c for c in cols if c.key not in (by_design or {})], names)
+    notes += list((by_design or {}).values())
+    return Table(heading, "strategy", [c.column() for c in cols], rows, notes=notes, values=values)
 
 
 def dash_notes(run: RunView, cols: list[Col], names: list[str]) -> list[str]:
@@ -568,8 +571,11 @@ def iteration_time(run: RunView) -> Section | None:
                        "seconds its bottleneck host's link sat idle while a flow waited for its "
                        "retransmission timer) and the rest (queueing, slow start, software; never below 0).",
                        {"splits": splits, "comm_time_s": comm}))
+    no_ptp = [s.name for s in run.timed if s.summary.push_then_pull_s is None]
+    why = {"push_then_pull_s": f"{DASH} in push-then-pull (s) ({', '.join(no_ptp)}): only a parameter server "
+                               "on hosts of its own has one (none for collectives and colocated shards)."}
     sec.add(summary_table(run, "Bounds and the split of communication time", BOUND_COLUMNS,
-                          [s.name for s in run.timed]))
+                          [s.name for s in run.timed], by_design=why if no_ptp else None))
     gaps = gap_sentences(run)
     if gaps:
         sec.add(Bullets(gaps))
@@ -740,8 +746,11 @@ def cure_sentences(run: RunView, variants: list[StrategyView]) -> list[str]:
                             if verb != "left" else f"left the hottest PS port's drops at {drops} ({port})")
             step = _change(b.iter_time_s, f.iter_time_s, "the step", " s")
             if f.bound_s is not None and b.bound_s is not None:
-                step += (f" (bound {b.bound_s:.3f} s -> {f.bound_s:.3f} s; iteration / bound "
-                         f"{_ratio(b.iter_time_s, b.bound_s)} -> {_ratio(f.iter_time_s, f.bound_s)})")
+                same = f"{f.bound_s:.3f}" == f"{b.bound_s:.3f}"
+                bound = (f"bound {f.bound_s:.3f} s, unchanged" if same else
+                         f"bound {b.bound_s:.3f} s -> {f.bound_s:.3f} s")
+                step += (f" ({bound}; iteration / bound {_ratio(b.iter_time_s, b.bound_s)} -> "
+                         f"{_ratio(f.iter_time_s, f.bound_s)})")
             bits.append(step)
             text = cure_of(s, base) + " " + " and ".join(bits) + "."
             if f.tcp_timeouts_kernel is not None and b.tcp_timeouts_kernel is not None and f.comm_split \

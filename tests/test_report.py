@@ -10,6 +10,7 @@ Variants (stragglers, faults, a dead strategy, no host captures) are edits of co
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -39,6 +40,10 @@ SUMMARY_TABLES = ["timing-and-loss", "switch-queues-and-links", "tcp",
 STRAGGLER_FIGURES = {"compute_share", "loss"}
 ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
 CHROMIUM = shutil.which("chromium")
+# real run folders the browser test and tests/test_report_figures.py also render (colon-separated; those
+# that exist): the default compare (ps, ring, 7 workers) and the cures (six variants on 12 hosts)
+RUNS_ENV = os.environ.get("INCASTLAB_REPORT_RUNS", "/tmp/r3/latest:/tmp/r4/latest")
+REAL_RUNS = [Path(p) for p in RUNS_ENV.split(":") if p and (Path(p) / "config.json").is_file()]
 
 
 def jsonl(path: Path) -> list[dict[str, Any]]:
@@ -616,7 +621,8 @@ def _screenshot(html: Path, png: Path, height: int) -> None:
 @pytest.mark.browser
 def test_page_at_1400px(tmp_path: Path) -> None:
     """No table clipped or scrolling sideways, every image drawn, every table under a heading;
-    screenshots in tests/artifacts/."""
+    screenshots in tests/artifacts/: the fixture, the fixture with stragglers, and copies of the real
+    runs of INCASTLAB_REPORT_RUNS (report-<run>.png: the top of the page, -full.png: all of it)."""
     require(None if CHROMIUM and shutil.which("chromedriver") else "chromium / chromedriver not installed")
     try:
         from selenium import webdriver
@@ -630,6 +636,13 @@ def test_page_at_1400px(tmp_path: Path) -> None:
     strag = copy_run(tmp_path / "stragglers")
     edit_json(strag / "config.json", stragglers=[{"host": "h3", "cpu": 0.5}], target_loss=2.31)
     build_report(strag)
+    reals = []
+    for src in REAL_RUNS:
+        run = tmp_path / src.resolve().parent.name
+        shutil.copytree(src.resolve(), run, ignore=shutil.ignore_patterns("figures", "report.*"))
+        summarize(run)
+        build_report(run)
+        reals.append(run)
     opts = Options()
     for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
                 "--window-size=1400,3000", "--hide-scrollbars"):
@@ -638,7 +651,7 @@ def test_page_at_1400px(tmp_path: Path) -> None:
     drv = webdriver.Chrome(service=Service(executable_path=shutil.which("chromedriver")), options=opts)
     try:
         drv.set_window_size(1400, 3000)
-        for run in (base, strag):
+        for run in (base, strag, *reals):
             drv.get((run / "report.html").as_uri())
             geo = drv.execute_script("""
                 const de = document.documentElement;
