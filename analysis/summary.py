@@ -76,7 +76,7 @@ def counter_increase(series: dict[str, list[Any]], key: str, t0: float) -> dict[
 
 
 def network_figures(series: ControllerSeries, plan: Plan, t0: float, out: StrategySummary,
-                    queue_max: dict[str, int] | None = None) -> None:
+                    queue_max: dict[str, int] | None = None, ps_ports: list[str] | None = None) -> None:
     """Drops, bytes and utilisation per link from the controller's samples; the hot ports."""
     drops = counter_increase(series.queue_series(), "drops", t0)
     ports = series.port_series()
@@ -89,9 +89,10 @@ def network_figures(series: ControllerSeries, plan: Plan, t0: float, out: Strate
             by_link[host.nic] = rx[host.leaf_port]
             rate[host.nic] = host.rate_mbit
     total = sum(by_link.values())
-    out.ps_port = plan.ps_port.name
     out.queue_drops_total = int(sum(drops.values()))
-    out.ps_port_drops = int(drops.get(plan.ps_port.name, 0))
+    if ps_ports:  # the PS family: its hottest shard's port (the one PS's port when unsharded)
+        out.ps_port = max(ps_ports, key=lambda k: (drops.get(k, 0), -ps_ports.index(k)))
+        out.ps_port_drops = int(drops.get(out.ps_port, 0))
     out.max_port_drops = int(max(drops.values(), default=0))
     out.max_drop_port = max(drops, key=lambda k: drops[k]) if drops and max(drops.values()) > 0 else None
     out.drops_by_port = {k: int(v) for k, v in sorted(drops.items()) if v}
@@ -113,9 +114,9 @@ def network_figures(series: ControllerSeries, plan: Plan, t0: float, out: Strate
             spreads.append((max(up) - min(up)) / max(up))
     out.ecmp_imbalance = round(max(spreads), 4) if spreads else None
     kind = {p.name: p.kind for p in plan.switch_ports()}
-    busiest = sorted((k for k in tx if tx[k] > 0), key=lambda k: -tx[k])[:5]
-    dropping = sorted((k for k in drops if drops[k] > 0), key=lambda k: -drops[k])[:5]
-    hot = sorted(set(busiest) | set(dropping), key=lambda k: -tx.get(k, 0.0))
+    busiest = sorted((k for k in tx if tx[k] > 0), key=lambda k: (-tx[k], k))[:5]
+    dropping = sorted((k for k in drops if drops[k] > 0), key=lambda k: (-drops[k], k))[:5]
+    hot = sorted(set(busiest) | set(dropping), key=lambda k: (-tx.get(k, 0.0), k))
     out.hot_ports = [{"port": k, "kind": kind.get(k, "?"), "tx_bytes": int(tx.get(k, 0)),
                       "drops": int(drops.get(k, 0)),
                       "utilisation": round(tx.get(k, 0) * 8 / (rate[k] * 1e6 * seconds), 4)
@@ -198,6 +199,8 @@ def pcap_figures(sf: StrategyFolder, plan: Plan, out: StrategySummary, bin_s: fl
     points = {pt.name: pt for pt in (cap.points if cap else [])}
     out.capture_complete = bool(cap and cap.complete)
     out.captures = len(points)
+    for stale in (sf.goodput_file, sf.rto_events_file, sf.retransmits_file):
+        stale.unlink(missing_ok=True)  # what an earlier summary wrote must not outlive its data
     if not any(name != "ps-port" for name in points):
         return  # without host captures there is nothing to count on: the counts stay None, not 0
     for key in PCAP_COUNTS:
@@ -281,8 +284,8 @@ def pcap_figures(sf: StrategyFolder, plan: Plan, out: StrategySummary, bin_s: fl
     if bottleneck in hosts:
         pk = hosts[bottleneck]
         out.timeout_idle_s = round(overlap_seconds(idle_spans(pk.ts_ns[pk.plen > 0]), stalls), 3)
-    write_json(sf.path / "goodput_timeline.json", goodput)
-    write_json(sf.path / "rto_events.json", {"events": sorted(rto_rows, key=lambda r: r["t"])})
+    write_json(sf.goodput_file, goodput)
+    write_json(sf.rto_events_file, {"events": sorted(rto_rows, key=lambda r: r["t"])})
     if rtx_times:
         times = np.concatenate(rtx_times)
         starts = [int(pk.ts_ns.min()) for pk in hosts.values() if pk.ts_ns.size]
@@ -291,7 +294,7 @@ def pcap_figures(sf: StrategyFolder, plan: Plan, out: StrategySummary, bin_s: fl
         ends = [int(pk.ts_ns.max()) for pk in hosts.values() if pk.ts_ns.size]
         n = int((max(ends) - t0) // int(bin_s * 1e9)) + 1 if ends else 0
         counts = np.bincount(bins, minlength=n).tolist() if n else []
-        write_json(sf.path / "retransmits_timeline.json", {"bin_s": bin_s, "t0": t0 / 1e9, "counts": counts})
+        write_json(sf.retransmits_file, {"bin_s": bin_s, "t0": t0 / 1e9, "counts": counts})
 
 
 def ps_figures(sf: StrategyFolder, out: StrategySummary) -> None:
@@ -334,6 +337,7 @@ def dequeue_check(sf: StrategyFolder, plan: Plan, out: StrategySummary,
     candidates = [h["port"] for h in sorted(out.hot_ports, key=lambda h: (-h["drops"], -h["tx_bytes"]))
                   if h["port"] in ports]
     cap = sf.capture()
+    sf.dequeue_file.unlink(missing_ok=True)
     for name in candidates:
         host = ports[name].peer
         # the port's own egress capture where there is one (the PS port); else the receiver's, which
@@ -349,7 +353,7 @@ def dequeue_check(sf: StrategyFolder, plan: Plan, out: StrategySummary,
             continue
         gaps = dequeue_gaps(pk, qs, plan.host(host).rate_mbit * 1e6, receiver=plan.host(host).ip)
         if gaps.gaps:
-            write_json(sf.path / "dequeue.json", {"port": name, **gaps.to_dict()})
+            write_json(sf.dequeue_file, {"port": name, **gaps.to_dict()})
             return {"dequeue_port": name, "dequeue_gap_median_over_ideal": gaps.median_ratio,
                     "dequeue_gaps": gaps.gaps}
     return {"dequeue_port": None, "dequeue_gap_median_over_ideal": None, "dequeue_gaps": 0}
@@ -380,17 +384,17 @@ def summarize_strategy(sf: StrategyFolder, cfg: ExperimentConfig, plan: Plan, sp
     for q in queue:
         name = q.port or plan.ps_port.name
         queue_max[name] = max(queue_max.get(name, 0), q.backlog_packets)
-    network_figures(sf.controller_series(), plan, t_start, out, queue_max)
+    shard_hosts = cfg.shard_hosts(spec)
+    network_figures(sf.controller_series(), plan, t_start, out, queue_max,
+                    [plan.host(h).leaf_port for h in shard_hosts])
     hosts = sf.hosts()
     if hosts is not None:
         out.tcp_retransmits_kernel = sum(h.tcp_retransmits for h in hosts.values())
         for key, counter in KERNEL_COUNTERS.items():
             setattr(out, key, sum(h.counter(counter) for h in hosts.values()))
     ports = {p.name: p for p in plan.switch_ports()}
-    worst = ports.get(out.worst_queue_port or "")
-    behind_worst = worst.peer if worst and worst.kind == "host" else None
-    shard_hosts = cfg.shard_hosts(spec)
-    bottleneck = shard_hosts[0] if spec.uses_ps and spec.shards == 1 else behind_worst
+    worst = ports.get(out.ps_port or out.worst_queue_port or "")  # the hottest PS, else the worst queue
+    bottleneck = worst.peer if worst and worst.kind == "host" else None
     try:
         pcap_figures(sf, plan, out, rto_min_s=rto_min_s, t0=t_start or None, bottleneck=bottleneck)
     except Exception as exc:  # noqa: BLE001 - a broken capture must not lose the other figures
@@ -411,8 +415,10 @@ def summarize_strategy(sf: StrategyFolder, cfg: ExperimentConfig, plan: Plan, sp
     except Exception as exc:  # noqa: BLE001 - a figure missing is said, not fatal
         checks.update({"dequeue_port": None, "dequeue_gap_median_over_ideal": None,
                        "dequeue_error": f"{type(exc).__name__}: {exc}"})
-    if status and status.t_start and status.t_end:
-        checks.update(cpu_figures(sf.cpu_samples(), status.t_start, status.t_end))
+    steps = [r for rs in logs.values() for r in rs]
+    if steps:  # while training ran: start-up (imports, rendezvous) is not the emulator's work
+        window = min(r.t_start for r in steps), max(r.t_end for r in steps)
+        checks.update(cpu_figures(sf.cpu_samples(), *window))
     out.fidelity = verdict(checks)
     return out
 

@@ -210,9 +210,9 @@ def drops_retx_figure(drops: dict[str, dict[str, Any]], retx: dict[str, dict[str
         fab = d["fabric"]
         ax.fill_between(fab["t"], fab["per_s"], step="pre", color="#999", alpha=0.45, lw=0,
                         label="queue drops / s, all switch ports")
-        if name in ps_family:
+        if name in ps_family and d["ps_port"] is not None:
             ax.step(d["ps_port"]["t"], d["ps_port"]["per_s"], where="pre", color="k", lw=1.0, ls=(0, (4, 2)),
-                    label="queue drops / s at the PS port")
+                    label=f"queue drops / s at the PS port ({d['ps_port_name']})")
         title = f"{name}: {fab['total']:.0f} queue drops"
         if retx is not None and name in retx:
             r = retx[name]

@@ -37,10 +37,6 @@ STRAGGLER_STRATEGIES = ("async", "ssp", "backup")
 T = TypeVar("T")
 # what analysis.summary writes into each strategy folder next to summary.json (runmodel/folder.py has
 # no property for them yet)
-GOODPUT_FILE = "goodput_timeline.json"  # delivered bytes per receiver and per flow to the PS, per bin
-RTO_FILE = "rto_events.json"  # every retransmission timeout and tail-loss probe the captures show
-DEQUEUE_FILE = "dequeue.json"  # gaps between packets leaving the worst host port while backlogged
-RETRANSMITS_FILE = "retransmits_timeline.json"  # retransmissions in the host captures, per bin
 
 
 def parse_spec(name: str) -> StrategySpec | None:
@@ -89,11 +85,11 @@ class StrategyView:
         view.faults = sf.faults(problems)
         view.capture = sf.capture(problems)
         view.cpu = sf.cpu_samples(problems)
-        view.goodput_timeline = _doc(read_json(sf.path / GOODPUT_FILE, problems))
-        rto = _doc(read_json(sf.path / RTO_FILE, problems)) or {}
+        view.goodput_timeline = _doc(read_json(sf.goodput_file, problems))
+        rto = _doc(read_json(sf.rto_events_file, problems)) or {}
         view.rto_events = [e for e in rto.get("events") or [] if isinstance(e, dict) and _is_num(e.get("t"))]
-        view.dequeue = _doc(read_json(sf.path / DEQUEUE_FILE, problems))
-        view.retransmits_timeline = _doc(read_json(sf.path / RETRANSMITS_FILE, problems))
+        view.dequeue = _doc(read_json(sf.dequeue_file, problems))
+        view.retransmits_timeline = _doc(read_json(sf.retransmits_file, problems))
         return view
 
     @property

@@ -876,7 +876,7 @@ def drops_over_time(run: RunView) -> Section | None:
     if not run.timed:
         return None
     iv = run.config.controller.interval
-    drops = {s.name: S.drops_series(s, run.ps_port, iv) for s in run.timed}
+    drops = {s.name: S.drops_series(s, iv) for s in run.timed}
     pc = retransmits(run)
     retx = pc if pc else None
     rto = {s.name: S.rto_series(s) for s in run.timed if s.summary.tcp_timeouts_pcap is not None}

@@ -103,14 +103,16 @@ def counter_rate(series: dict[str, list[QueueStatSample]], key: str, t_start: fl
             "per_s": [c / d for c, d in zip(count, dt, strict=True)], "total": sum(count)}
 
 
-def drops_series(s: StrategyView, ps_port: str, interval: float) -> dict[str, Any]:
-    """Queue drops per second over the whole fabric and at the PS port (controller queue samples)."""
+def drops_series(s: StrategyView, interval: float) -> dict[str, Any]:
+    """Queue drops per second over the whole fabric and, for the PS family, at the strategy's own
+    (hottest) PS port (controller queue samples)."""
     t0 = s.t0 or 0.0
     t_start = s.status.t_start if s.status else None
     queues = s.controller.queue_series()
     fabric = counter_rate(queues, "drops", t_start, t0, interval)
-    port = counter_rate({ps_port: queues.get(ps_port, [])}, "drops", t_start, t0, interval)
-    return {"fabric": fabric, "ps_port": port}
+    port = s.summary.ps_port
+    ps = counter_rate({port: queues.get(port, [])}, "drops", t_start, t0, interval) if port else None
+    return {"fabric": fabric, "ps_port": ps, "ps_port_name": port}
 
 
 def queue_occupancy(s: StrategyView, port: str, ps_port: str | None = None) -> dict[str, Any]:

@@ -7,4 +7,5 @@ by construction. Each parameter is declared once, as a dataclass field whose met
 its command-line flag (runmodel.params).
 """
 
-SCHEMA = 2  # version of config.json and summary.json; 1 was the unversioned layout
+SCHEMA = 3  # version of config.json and summary.json (1: unversioned; 2: the run model; 3: bounds,
+# hottest PS port, CPU over the training window)

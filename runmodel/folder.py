@@ -78,6 +78,10 @@ class StrategyFolder:
     hosts_file = property(lambda self: self.path / "hosts.json", doc="kernel counters per host")
     faults_file = property(lambda self: self.path / "faults.jsonl", doc="faults as they fired")
     cpu_file = property(lambda self: self.path / "cpu.jsonl", doc="CPU busy per core and of the switch")
+    goodput_file = property(lambda self: self.path / "goodput_timeline.json", doc="goodput over time")
+    rto_events_file = property(lambda self: self.path / "rto_events.json", doc="timeouts seen in the pcaps")
+    retransmits_file = property(lambda self: self.path / "retransmits_timeline.json", doc="retransmissions")
+    dequeue_file = property(lambda self: self.path / "dequeue.json", doc="the bottleneck's pace")
 
     def pcap(self, point: str) -> Path:
         """pcap/<point>.pcap."""

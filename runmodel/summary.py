@@ -61,8 +61,11 @@ class StrategySummary:
                                         "(weights from the PS, chunks from ring neighbours)", 0, source=W)
     queue_drops_total: int | None = metric("sum over switch port queues of the drops counter's increase "
                                            "over the strategy (OpenFlow queue tx_errors)", source=C)
-    ps_port: str | None = metric("interface name of the PS host's leaf port", source="plan.json")
-    ps_port_drops: int | None = metric("queue drops at the PS port over the strategy", source=C)
+    ps_port: str | None = metric("PS family: the leaf port toward its hottest PS host (the shard whose port "
+                                 "dropped most; the one PS's port when unsharded); none for collectives",
+                                 source="plan.json, " + C)
+    ps_port_drops: int | None = metric("queue drops at ps_port over the strategy (none for collectives)",
+                                       source=C)
     max_port_drops: int | None = metric("the most queue drops of any one port", source=C)
     max_drop_port: str | None = metric("the port with max_port_drops (none without drops)", source=C)
     drops_by_port: dict[str, int] = metric("queue drops per port, ports with drops only", factory=dict,
@@ -142,9 +145,9 @@ class StrategySummary:
                                  "back from the kernel when the strategy started", factory=dict,
                                  source="status.json")
     timeout_idle_s: float | None = metric(
-        "seconds the strategy's bottleneck host (PS family: the PS; collectives: the host behind the "
-        "worst queue) saw no data packet in either direction for > 2 ms while some flow sat in a timeout: "
-        "what the timeouts cost the step", source=P)
+        "seconds the strategy's bottleneck host (PS family: the hottest PS; collectives: the host behind "
+        "the worst queue) saw no data packet in either direction for > 2 ms while some flow sat in a "
+        "timeout: what the timeouts cost the step", source=P)
     bound_s: float | None = metric(
         "the communication lower bound of one step (analysis/bounds.py): ps, ssp, backup (N + 1) S / B "
         "(full-duplex PS link: the next step's pushes overlap this step's pulls); async N S / B; over K "
@@ -164,7 +167,8 @@ class StrategySummary:
         "dequeue_port, dequeue_gap_median_over_ideal (median gap between packets leaving the strategy's "
         "worst host port while its queue was backlogged, over the serialization time at its rate), "
         "cpu_busy_max (the busiest second's mean core busy share), cpu_saturated_share (share of seconds "
-        "with every core >= 95 % busy), switch_cpu_max (ovs-vswitchd's peak share of a core)", factory=dict,
+        "with every core >= 95 % busy), switch_cpu_max (ovs-vswitchd's peak share of a core); the CPU "
+        "figures over the training window (first step's start to last step's end)", factory=dict,
         source="pcaps, queue_depth.jsonl, cpu.jsonl")
     updates_applied: int | None = metric("gradients the PS applied", source=S)
     updates_discarded: int | None = metric("gradients the PS dropped (late in a synchronous step, or a "

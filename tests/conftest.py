@@ -181,3 +181,17 @@ def compare_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subproc
         proc = run_cli(["compare", "--steps", "4", "--results", str(results)], timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return results / "latest", proc
+
+
+MITIGATE_VARIANTS = "ps,ps:shards=2:rto_min_ms=1:cc=reno,ps:shards=2:placement=colocated,ring"
+
+
+@pytest.fixture(scope="session")
+def mitigate_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess.CompletedProcess[str]]:
+    """One short real run of PS variants (a sharded PS with its own TCP, colocated shards) and the ring."""
+    results = tmp_path_factory.mktemp("mitigate")
+    with guarded_host("mitigate"):
+        proc = run_cli(["compare", "--strategies", MITIGATE_VARIANTS, "--workers", "3", "--steps", "3",
+                        "--capture", "all", "--results", str(results)], timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return results / "latest", proc

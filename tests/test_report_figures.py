@@ -46,13 +46,22 @@ def cell(res: dict[str, Any], table: str, row: str, header: str) -> str:
 BUILT: dict[str, tuple[Path, dict[str, Any]]] = {}  # one copy and report per run, for the whole module
 
 
-def build(key: str, tmp: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
+SESSION_RUNS = ("compare", "mitigate")  # real runs of this checkout (tests/conftest.py session fixtures)
+
+
+def build(key: str, tmp: pytest.TempPathFactory,
+          request: pytest.FixtureRequest | None = None) -> tuple[Path, dict[str, Any]]:
     """The fixture's copy, or a copy of a real run (its summary rebuilt by today's code), and its report."""
     if key not in BUILT:
         if key == "fixture":
             run = copy_run(tmp.mktemp("figs") / "run")
         else:
-            src = Path(key).resolve()
+            if key in SESSION_RUNS:
+                assert request is not None
+                key_src = request.getfixturevalue(f"{key}_run")[0]
+            else:
+                key_src = Path(key)
+            src = Path(key_src).resolve()
             run = tmp.mktemp("real") / src.parent.name
             shutil.copytree(src, run, ignore=shutil.ignore_patterns("figures", "report.*"))
             summarize(run)
@@ -61,7 +70,7 @@ def build(key: str, tmp: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
 
 
 def _id(p: Any) -> str:
-    return p if p in ("fixture", "none") else Path(p).parent.name
+    return p if p in ("fixture", *SESSION_RUNS) else Path(p).parent.name
 
 
 @pytest.fixture(scope="module")
@@ -69,20 +78,18 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any
     return build("fixture", tmp_path_factory)
 
 
-@pytest.fixture(scope="module", params=[str(p) for p in REAL_RUNS] or ["none"], ids=_id)
+@pytest.fixture(scope="module", params=["mitigate", *(str(p) for p in REAL_RUNS)], ids=_id)
 def real(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
          ) -> tuple[Path, dict[str, Any]]:
-    """A copy of a real run and its report."""
-    if request.param == "none":
-        pytest.skip("no real run folder (INCASTLAB_REPORT_RUNS)")
-    return build(request.param, tmp_path_factory)
+    """A copy of a real run with PS variants (this checkout's, and any named by INCASTLAB_REPORT_RUNS)."""
+    return build(request.param, tmp_path_factory, request)
 
 
-@pytest.fixture(scope="module", params=["fixture", *(str(p) for p in REAL_RUNS)], ids=_id)
+@pytest.fixture(scope="module", params=["fixture", *SESSION_RUNS, *(str(p) for p in REAL_RUNS)], ids=_id)
 def any_run(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
             ) -> tuple[Path, dict[str, Any]]:
-    """tests/data/run-small, then every real run there is."""
-    return build(request.param, tmp_path_factory)
+    """tests/data/run-small, this checkout's real runs, then every other real run named."""
+    return build(request.param, tmp_path_factory, request)
 
 
 # -- the verdict and the facts at the top ----------------------------------------------------------------
@@ -164,8 +171,9 @@ def test_dequeue_cdf_is_dequeue_json(any_run: tuple[Path, dict[str, Any]]) -> No
 
 
 def test_cpu_panel_is_cpu_jsonl(any_run: tuple[Path, dict[str, Any]]) -> None:
-    """Every sample the fidelity check counts (the strategy's start to its end + 1 s), per core and the
-    switch; its saturated seconds give the summary's cpu_saturated_share."""
+    """Every sample of the strategy (its start to its end + 1 s), per core and the switch; the
+    saturated seconds of the training window (first step's start to last step's end + 1 s, as the
+    fidelity check counts them) give the summary's cpu_saturated_share."""
     run, res = any_run
     summary = summary_of(run)["strategies"]
     cpu = res["figures"]["cpu"]
@@ -178,7 +186,10 @@ def test_cpu_panel_is_cpu_jsonl(any_run: tuple[Path, dict[str, Any]]) -> None:
         assert d["switch"] == [r["switch"] for r in rows]
         assert [list(c) for c in zip(*d["cores"], strict=True)] == [r["cores"] for r in rows]
         assert d["start"] == pytest.approx(st["t_start"] - t0)
-        saturated = sum(1 for r in rows if min(r["cores"]) >= 0.95) / len(rows)
+        steps = [r for w in (run / folder(n)).glob("worker-*.jsonl") for r in jsonl(w) if "step" in r]
+        lo, hi = min(r["t_start"] for r in steps), max(r["t_end"] for r in steps)
+        train = [r for r in rows if lo <= r["t"] <= hi + 1.0]
+        saturated = sum(1 for r in train if min(r["cores"]) >= 0.95) / len(train)
         assert saturated == pytest.approx(summary[n]["fidelity"]["cpu_saturated_share"], abs=0.001)
 
 
@@ -198,8 +209,9 @@ def test_tcp_table_timeouts_side_by_side(any_run: tuple[Path, dict[str, Any]]) -
         for header, key in fields.items():
             assert cell(res, "tcp", n, header) == str(summary[n][key])
             assert t["values"][n][key] == summary[n][key]
-        assert cell(res, "tcp", n, "timeout stall (s)") == f"{summary[n]['timeout_stall_s']:.3f}"
-        assert cell(res, "tcp", n, "timeout idle (s)") == f"{summary[n]['timeout_idle_s']:.3f}"
+        for header, key in (("timeout stall (s)", "timeout_stall_s"), ("timeout idle (s)", "timeout_idle_s")):
+            v = summary[n][key]
+            assert cell(res, "tcp", n, header) == ("–" if v is None else f"{v:.3f}")
 
 
 def test_link_columns_and_their_sentence(any_run: tuple[Path, dict[str, Any]]) -> None:
