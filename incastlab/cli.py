@@ -221,6 +221,24 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_incast(args: argparse.Namespace) -> int:
+    """The incast curve: N servers answer one client at once, N swept, one curve per cure."""
+    from incastlab.incast import finish, run
+    from runmodel.incast import IncastConfig, load_incast_scenario
+
+    if args.rebuild:
+        return finish(Path(args.rebuild), say)
+    if args.param_ps_host is not None:
+        raise UsageError("--ps-host: the incast's receiver is --client")
+    scenario = Path(args.scenario) if args.scenario else SCENARIO_DIR / "incast.json"
+    base = load_incast_scenario(scenario)
+    cfg = base.overridden(given_params(args, FabricSpec), given_params(args, ControllerOptions),
+                          given_params(args, IncastConfig))
+    cfg.validate()
+    return run(cfg, Path(args.results), lines_given=args.param_lines is not None, say=say,
+               scenario=str(scenario))
+
+
 def _stage(module: str, func: str) -> Callable[[argparse.Namespace], int]:
     """A subcommand a later stage implements, imported only when it runs."""
     def run(args: argparse.Namespace) -> int:
@@ -271,6 +289,24 @@ def build_parser() -> Parser:
         e.add_argument("--scenario", help=f"scenario file (default: the shipped {scenario.name})")
         e.add_argument("--results", default="results", help="where run folders go (default: results/)")
         e.set_defaults(func=cmd_experiment, default_scenario=name)
+
+    from runmodel.incast import IncastConfig, load_incast_scenario
+
+    incast_scenario = SCENARIO_DIR / "incast.json"
+    shown_incast = load_incast_scenario(incast_scenario)
+    n = sub.add_parser("incast", help="the incast curve: goodput against the number of senders, and its "
+                       "cures", description="The barrier-synchronised read of the incast papers on the "
+                       "fabric: one client asks N servers for a block each at once, R rounds, N swept, one "
+                       f"curve per cure. Defaults are those of {incast_scenario.name}; any flag given "
+                       "overrides it. --buffer is the client port's buffer.")
+    add_param_flags(n, IncastConfig, "incast", shown_incast)
+    add_param_flags(n, FabricSpec, "fabric", shown_incast.fabric)
+    add_param_flags(n, ControllerOptions, "controller", shown_incast.controller)
+    n.add_argument("--scenario", help=f"scenario file (default: the shipped {incast_scenario.name})")
+    n.add_argument("--results", default="results", help="where run folders go (default: results/)")
+    n.add_argument("--rebuild", metavar="RUN", help="recompute incast.json and the report of a saved run "
+                   "folder from its files (no network, no root)")
+    n.set_defaults(func=cmd_incast)
 
     r = sub.add_parser("report", help="rebuild the report of a saved run folder")
     r.add_argument("run", help="run folder, e.g. results/latest")

@@ -74,6 +74,36 @@ def netem_available() -> bool:
     return any(Path(f"/lib/modules/{release}/kernel/net/sched").glob("sch_netem.ko*"))
 
 
+def kernel_config(option: str) -> str | None:
+    """A kernel build option ("y", "m") from /proc/config.gz, "" if not set, None if unknown."""
+    import gzip
+
+    try:
+        text = gzip.decompress(Path("/proc/config.gz").read_bytes()).decode(errors="replace")
+    except OSError:
+        return None
+    for line in text.splitlines():
+        if line.startswith(option + "="):
+            return line.split("=", 1)[1].strip()
+    return ""
+
+
+def qdisc_available(kind: str) -> bool:
+    """True where the kernel has the sch_<kind> qdisc (built in, loaded, or loadable)."""
+    if Path(f"/sys/module/sch_{kind}").exists():
+        return True
+    release = os.uname().release
+    base = Path(f"/lib/modules/{release}")
+    if any((base / "kernel/net/sched").glob(f"sch_{kind}.ko*")):
+        return True
+    try:
+        if f"kernel/net/sched/sch_{kind}.ko" in (base / "modules.builtin").read_text():
+            return True
+    except OSError:
+        pass
+    return kernel_config(f"CONFIG_NET_SCH_{kind.upper()}") in ("y", "m")
+
+
 SHELL_EXIT_TIMEOUT = 5.0
 
 
@@ -187,6 +217,30 @@ class Fabric:
     def hosts(self) -> list[Any]:
         """Mininet host objects in plan order."""
         return [self.net[h.name] for h in self.plan.hosts]
+
+    def set_port_buffer(self, ports: list[str], pkts: int, ecn_mark_pkts: int | None = None) -> None:
+        """Resize switch ports' buffers in place: txqueuelen and the queue under the port's HTB class
+        (OVS's linux-htb queue 0 is class 1:1) become a pfifo of `pkts` packets, or, with
+        ecn_mark_pkts, a RED queue of that size that ECN-marks above ecn_mark_pkts packets (DCTCP's
+        switch; needs sch_red). Changing txqueuelen alone would not do: the class's queue took its
+        limit when it was made."""
+        if ecn_mark_pkts is not None and not qdisc_available("red"):
+            raise FabricError("ECN marking needs the sch_red qdisc, which this kernel does not have")
+        known = self.plan.port_names()
+        for name in ports:
+            if name not in known:
+                raise FabricError(f"{name} is not a switch port of this fabric")
+            _run(["ip", "link", "set", "dev", name, "txqueuelen", str(pkts)])
+            if ecn_mark_pkts is None:
+                leaf = ["pfifo", "limit", str(pkts)]
+            else:
+                mtu = 1514
+                rate = next(p.rate_mbit for p in self.plan.switch_ports() if p.name == name)
+                lo = max(1, ecn_mark_pkts) * mtu
+                leaf = ["red", "limit", str(pkts * mtu), "min", str(lo), "max", str(lo + mtu), "avpkt",
+                        str(mtu), "burst", str(max(1, ecn_mark_pkts) + 1), "probability", "1.0",
+                        "bandwidth", f"{rate:g}mbit", "ecn"]
+            _run(["tc", "qdisc", "replace", "dev", name, "parent", "1:1", *leaf])
 
     # -- configuration ----------------------------------------------------------------------
     def _offloads_off(self) -> None:

@@ -32,6 +32,7 @@ class HostTcp:
 
     cc: str
     rto_min_ms: float | None  # None: this kernel has no per-namespace minimum RTO
+    quickack: bool = False  # the fabric route says `quickack 1`: delayed ACKs off
 
 
 def available_cc() -> list[str]:
@@ -82,10 +83,11 @@ def _sysctl_path(key: str) -> str:
 FABRIC_NET = "10.0.0.0/8"
 
 
-def apply(pid: int, nic: str, ip: str, cc: str, rto_min_ms: float | None) -> None:
-    """Set the congestion control (on the fabric route) and the minimum RTO in pid's namespace."""
+def apply(pid: int, nic: str, ip: str, cc: str, rto_min_ms: float | None, quickack: bool = False) -> None:
+    """Set the congestion control (on the fabric route) and the minimum RTO in pid's namespace;
+    quickack: the route also switches delayed ACKs off (`quickack 1`)."""
     steps = [["ip", "route", "replace", FABRIC_NET, "dev", nic, "proto", "kernel", "scope", "link",
-              "src", ip, "congctl", cc]]
+              "src", ip, "congctl", cc, *(["quickack", "1"] if quickack else [])]]
     if rto_min_ms is not None:
         key = RTO_MIN_KEY.replace('/', '.')
         steps.append(["sysctl", "-q", "-w", f"{key}={int(round(rto_min_ms * 1000))}"])
@@ -114,4 +116,6 @@ def read(pid: int) -> HostTcp:
         got = _in_netns(pid, ["cat", _sysctl_path(RTO_MIN_KEY)])
         if got.returncode == 0 and got.stdout.strip().isdigit():
             rto = int(got.stdout.strip()) / 1000.0
-    return HostTcp(cc, rto)
+    quick = "quickack" in words and words.index("quickack") + 1 < len(words) and \
+        words[words.index("quickack") + 1] == "1"
+    return HostTcp(cc, rto, quick)
