@@ -5,10 +5,13 @@ IL      := .venv/bin/incastlab
 ARGS    ?=
 RUN     ?= results/latest
 
-.PHONY: deps test test-unit test-integration lint fabric compare straggler mitigate report dashboard bench soak clean-net clean
+.PHONY: deps image job test test-unit test-integration lint fabric compare straggler mitigate report dashboard bench soak clean-net clean
 
 deps:            ## install everything (Debian packages, Open vSwitch running, .venv); idempotent
 	bash scripts/deps.sh
+
+image:           ## the worker image incastlab/worker:<version> (torch + workload code, offline); cached
+	$(PY) -m topologies.image $(ARGS)
 
 test: lint       ## the whole suite: unit, integration (real Mininet/OVS/controller), browser
 	$(PY) -m pytest -ra $(ARGS)
@@ -33,6 +36,9 @@ straggler:       ## sync / async / SSP / backup workers with one straggler
 
 mitigate:        ## incast cures: PS with a 1 ms minimum RTO, sharded over 2 and 4 hosts, vs PS and ring
 	$(IL) mitigate $(ARGS)
+
+job:             ## your own training job in containers on the fabric: make job ARGS="--image IMG -- CMD..."
+	$(IL) job $(ARGS)
 
 report:          ## rebuild the report of a saved run:  make report RUN=results/<run>
 	$(IL) report $(RUN) $(ARGS)

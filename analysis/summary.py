@@ -403,7 +403,11 @@ def summarize_strategy(sf: StrategyFolder, cfg: ExperimentConfig, plan: Plan, sp
     ps_figures(sf, out)
     if out.steps:
         slowest = min(plan.host(h).rate_mbit for h in cfg.worker_hosts + shard_hosts)
-        out.bound_s = round(comm_bound_s(spec, out.workers, cfg.grad_bytes, slowest), 4)
+        grad = cfg.grad_bytes
+        if spec.kind == "job" and out.workers > 1 and out.worker_bytes_sent:  # a user's model: its size
+            per_step = out.worker_bytes_sent / (out.workers * out.steps)  # what a worker sent a step
+            grad = int(per_step * out.workers / (2 * (out.workers - 1)))  # as a ring's 2 (N - 1) S / N
+        out.bound_s = round(comm_bound_s(spec, out.workers, grad, slowest), 4)
         ptp = push_then_pull_s(spec, out.workers, cfg.grad_bytes, slowest)
         out.push_then_pull_s = round(ptp, 4) if ptp is not None else None
         if out.comm_time_s is not None:

@@ -157,12 +157,18 @@ def cmd_experiment(args: argparse.Namespace) -> int:
     from runmodel.folder import RunFolder
 
     scenario = Path(args.scenario) if args.scenario else SCENARIO_DIR / f"{args.default_scenario}.json"
-    cfg = config_from_args(args, load_scenario(scenario))
+    base = load_scenario(scenario)
+    if getattr(args, "job_command", None):  # `incastlab job ... -- CMD`
+        base = dataclasses.replace(base, job_command=tuple(args.job_command))
+    cfg = config_from_args(args, base)
     from topologies.hosttcp import check_cc, check_rto_min
 
     for spec in cfg.strategy_specs:  # what the kernel cannot do is refused before anything is built
         check_cc(spec.cc or cfg.cc)
         check_rto_min(spec.rto_min_ms)
+    from incastlab.session import runtime_for
+
+    hosts = runtime_for(cfg, Path(args.results), say)  # docker or netns, said in one line, refused early
     folder = RunFolder.create(Path(args.results))
     folder.write_config(cfg, scenario=str(scenario))
     say(f"run folder: {folder.path}")
@@ -170,7 +176,7 @@ def cmd_experiment(args: argparse.Namespace) -> int:
     code = 0
     try:
         with fabric_session(cfg.plan(), cfg.controller, folder.path, record=folder.controller_record,
-                            progress=say, tcp=(cfg.cc, None)) as sess:
+                            progress=say, tcp=(cfg.cc, None), hosts=hosts.mounting(folder.path)) as sess:
             env = dataclasses.asdict(sess.environment())
             folder.write_config(cfg, scenario=str(scenario), environment=env)
             say(f"dashboard: {sess.controller.base}/")
@@ -290,6 +296,22 @@ def build_parser() -> Parser:
         e.add_argument("--results", default="results", help="where run folders go (default: results/)")
         e.set_defaults(func=cmd_experiment, default_scenario=name)
 
+    job_scenario = SCENARIO_DIR / "job.json"
+    shown_job = load_scenario(job_scenario)
+    j = sub.add_parser("job", help="your own PyTorch distributed training command, one container per "
+                       "worker host", description="Runs CMD in one container of IMAGE per worker host, its "
+                       "network the host's on the fabric, with the environment torchrun gives (RANK, "
+                       "WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT) and GLOO_SOCKET_IFNAME; captured, "
+                       "sampled and reported like the built-in strategies, its steps read off its traffic. "
+                       f"Defaults are those of {job_scenario.name}.")
+    add_param_flags(j, ExperimentConfig, "experiment", shown_job)
+    add_param_flags(j, FabricSpec, "fabric", shown_job.fabric)
+    add_param_flags(j, ControllerOptions, "controller", shown_job.controller)
+    j.add_argument("--scenario", help=f"scenario file (default: the shipped {job_scenario.name})")
+    j.add_argument("--results", default="results", help="where run folders go (default: results/)")
+    j.add_argument("job_command", nargs="*", metavar="-- CMD", help="the command each worker container runs")
+    j.set_defaults(func=cmd_experiment, default_scenario="job")
+
     from runmodel.incast import IncastConfig, load_incast_scenario
 
     incast_scenario = SCENARIO_DIR / "incast.json"
@@ -345,8 +367,10 @@ def _main(argv: list[str]) -> int:
     from analysis.errors import AnalysisError
     from controller.launch import ControllerError
     from incastlab.session import SessionError
+    from topologies.containers import ContainerError
     from topologies.fabric import FabricError
     from topologies.hosttcp import HostTcpError
+    from topologies.image import ImageError
 
     try:
         args = build_parser().parse_args(argv)
@@ -358,7 +382,7 @@ def _main(argv: list[str]) -> int:
     try:
         return int(args.func(args) or 0)
     except (ParamError, UsageError, SessionError, FabricError, ControllerError, HostTcpError,
-            AnalysisError) as exc:
+            AnalysisError, ContainerError, ImageError) as exc:
         print(f"incastlab {args.command}: {exc}", file=sys.stderr)
         return EXIT_USAGE
 

@@ -1,5 +1,6 @@
 """Fault injection during a strategy's run: links down, ports flapping, workers killed, the
-controller killed and restarted, each at a chosen time (seconds after the strategy starts) or step.
+controller killed and restarted, a host's CPU limit changed (its container's, or its cgroup's), each at
+a chosen time (seconds after the strategy starts) or step.
 
 The specs (`KIND:TARGET@WHEN`) are parsed and checked in runmodel.faults. Every fault that fires is
 appended to the strategy's faults.jsonl, so the report can mark it on its timelines.
@@ -21,11 +22,13 @@ class FaultInjector:
     """Fires due faults; `tick()` is called by the runner's follow loop."""
 
     def __init__(self, faults: list[Fault], log: Path, kill_worker: Callable[[int], None],
-                 controller: Any, say: Callable[[str], None]) -> None:
+                 controller: Any, say: Callable[[str], None],
+                 set_cpu: Callable[[str, float | None], None] | None = None) -> None:
         self.faults = list(faults)
         self.fired: set[int] = set()
         self.log = JsonlWriter(log, truncate=False)
         self.kill_worker = kill_worker
+        self.set_cpu = set_cpu
         self.controller = controller
         self.say = say
         self.t0 = time.time()
@@ -71,6 +74,9 @@ class FaultInjector:
         elif f.kind == "kill-worker":
             self.kill_worker(int(f.target))
             self._record("fired", f)
+        elif f.kind == "cpu" and self.set_cpu is not None and f.value is not None:
+            self.set_cpu(f.host, f.value)
+            self._record("fired", f, state=f"cpu={f.value:g}")
         elif f.kind in ("controller-kill", "controller-restart"):
             self.controller.kill()
             self._record("fired", f, state="killed")
@@ -101,6 +107,12 @@ class FaultInjector:
         for k, f in enumerate(self.faults):
             if f.kind in ("link-down", "flap") and k in self.fired:
                 _link(f.target, up=True)
+            if f.kind == "cpu" and k in self.fired and self.set_cpu is not None:
+                try:  # the next strategy runs with the host's own limit again
+                    self.set_cpu(f.host, None)
+                    self._record("restored", f, state="cpu=planned")
+                except Exception as exc:  # noqa: BLE001
+                    self.say(f"fault: could not restore {f.host}'s CPU limit: {exc}")
         self.log.close()
 
 

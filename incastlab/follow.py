@@ -34,14 +34,18 @@ class Tracked:
     host: str
     proc: Pollable
     stderr: Path
+    container: str | None = None  # the docker container it runs in (runtime docker)
 
     @property
     def label(self) -> str:
         """How errors name it."""
+        where = f"container {self.container}" if self.container else self.host
         if self.role == "ps":
+            if self.container:
+                return f"parameter server{f' shard {self.rank}' if self.rank else ''} ({where})"
             shard = f" shard {self.rank} ({self.host})" if self.rank else ""
             return "parameter server" + shard
-        return f"worker {self.rank} ({self.host})"
+        return f"worker {self.rank} ({where})"
 
     def last_error(self) -> str:
         """The last line it wrote on stderr."""
@@ -49,7 +53,10 @@ class Tracked:
             lines = [ln for ln in self.stderr.read_text(errors="replace").splitlines() if ln.strip()]
         except OSError:
             lines = []
-        return lines[-1].strip() if lines else "no message"
+        last = lines[-1].strip() if lines else "no message"
+        if self.container and ("docker.sock" in last or "Docker daemon" in last):  # the client lost dockerd
+            return f"dockerd stopped answering ({last.rsplit(': ', 1)[-1]})"
+        return last
 
 
 @dataclass(frozen=True)
@@ -126,6 +133,8 @@ class Follower:
                 return (p.role != "worker" or p.rank not in self.killed, self.dead_since[k])
 
             _k, p, code = min(failed, key=cause)
+            if not done:  # steps not known while it runs (a user's job): none named
+                raise ExperimentError(f"{self.strategy}: {p.label} {self._why(p, code)}")
             step = done.get(p.rank, 0) if p.role == "worker" else min(done.values(), default=0)
             raise ExperimentError(f"{self.strategy}: {p.label} {self._why(p, code)} at step {step}")
         result.finished = all(c == 0 or (p.role == "worker" and p.rank in self.lost) for p, c in codes)

@@ -170,7 +170,7 @@ class Servers:
             ]
             with open(self.lf.server_stderr(s.host), "wb") as err:
                 self.procs.append(
-                    self.sess.fabric.host(s.host).popen(argv, stdout=subprocess.DEVNULL, stderr=err)
+                    self.sess.fabric.workload_popen(s.host, argv[1:], stdout=subprocess.DEVNULL, stderr=err)
                 )
         deadline = time.monotonic() + SERVER_START_S
         waiting = list(zip(self.job.servers, self.procs, strict=True))
@@ -307,7 +307,7 @@ def run_point(
         t_start = time.time()
         argv = [sys.executable, "-u", "-m", "workloads.incast", "client", "--job", str(pf.job_file)]
         with open(pf.client_stderr, "wb") as err:
-            proc = sess.fabric.host(cfg.client).popen(argv, stdout=subprocess.DEVNULL, stderr=err)
+            proc = sess.fabric.workload_popen(cfg.client, argv[1:], stdout=subprocess.DEVNULL, stderr=err)
         deadline = time.monotonic() + cfg.timeout * (cfg.rounds + 1) + 10
         while proc.poll() is None:
             if time.monotonic() > deadline:

@@ -1,13 +1,13 @@
 """Launching one strategy's training processes in their Mininet hosts, and stopping them.
 
 Every process reads the strategy's job.json (runmodel.job) and gets only its rank on the command
-line; stdout goes nowhere (results are in the logs), stderr to <strategy>/<name>.stderr.
+line; stdout goes nowhere (results are in the logs), stderr to <strategy>/<name>.stderr. Where the
+hosts are containers, each process runs in its host's container (Fabric.workload_popen).
 """
 
 from __future__ import annotations
 
 import subprocess
-import sys
 import time
 from typing import Any
 
@@ -30,10 +30,11 @@ class Launcher:
 
     def _start(self, role: str, rank: int, host: str, module: str, extra: list[str]) -> None:
         err = self.folder.shard_stderr(rank) if role == "ps" else self.folder.worker_stderr(rank)
-        argv = [sys.executable, "-u", "-m", module, "--job", str(self.folder.job_file), *extra]
+        args = ["-u", "-m", module, "--job", str(self.folder.job_file), *extra]
         with open(err, "wb") as ferr:
-            popen = self.fabric.host(host).popen(argv, stdout=subprocess.DEVNULL, stderr=ferr)
-        self.procs.append(Tracked(role, rank, host, popen, err))
+            popen = self.fabric.workload_popen(host, args, stdout=subprocess.DEVNULL, stderr=ferr)
+        box = self.fabric.container(host)
+        self.procs.append(Tracked(role, rank, host, popen, err, container=box.name if box else None))
         self.popens.append(popen)
 
     def start(self) -> list[Tracked]:

@@ -21,6 +21,7 @@ from runmodel.config import ExperimentConfig, StrategySpec
 from runmodel.folder import RunFolder, StrategyFolder
 from runmodel.job import job_for
 from runmodel.records import Status, write_json
+from runmodel.strategy import JOB
 
 __all__ = ["ExperimentError", "StrategyRun", "run_experiment"]
 POLL_S = 0.5
@@ -40,7 +41,12 @@ class StrategyRun:
         self.job = job_for(cfg, session.plan, spec, index, folder)
         servers = [k.host for k in self.job.shards if k.host not in cfg.worker_hosts]
         self.recorder = Recorder(session, cfg, folder, servers + cfg.worker_hosts, say)
-        self.launcher = Launcher(session.fabric, folder, self.job)
+        if spec.kind == JOB:  # the user's own command in containers of the user's image
+            from incastlab.userjob import JobLauncher
+
+            self.launcher: Launcher | JobLauncher = JobLauncher(session.fabric, folder, self.job, cfg)
+        else:
+            self.launcher = Launcher(session.fabric, folder, self.job)
         self.follower: Follower | None = None
         self.injector: FaultInjector | None = None
 
@@ -64,7 +70,13 @@ class StrategyRun:
             for loss in check.new_losses:
                 self.say(f"{self.strategy}: {loss.proc.label} {loss.why} at step {loss.step}; "
                          f"training goes on with {self.cfg.n_workers - len(self.follower.lost)} workers")
-            if check.done and (check.slowest, check.fastest) != shown:
+            if self.spec.kind == JOB:
+                if shown is None:  # its steps are known only afterwards, from its traffic
+                    shown = (0, 0)
+                    self.say(f"{self.strategy}: {self.cfg.n_workers} containers running `"
+                             f"{' '.join(self.cfg.job_command)}`")
+                    self._phase(state="running", step=0, fastest=0)
+            elif check.done and (check.slowest, check.fastest) != shown:
                 shown = (check.slowest, check.fastest)
                 ahead = f" (fastest at {check.fastest})" if check.fastest != check.slowest else ""
                 self.say(f"{self.strategy}: step {check.slowest}/{self.cfg.steps}{ahead}")
@@ -75,6 +87,16 @@ class StrategyRun:
                 raise ExperimentError(f"{self.strategy}: not finished after {self.cfg.run_timeout:.0f} s "
                                       f"(workers at steps {check.done})")
             time.sleep(POLL_S)
+
+    def _job_steps(self) -> None:
+        """The job's steps, read off its workers' captures once they are closed."""
+        try:
+            found = self.launcher.write_steps(self.s.plan)  # type: ignore[union-attr]
+        except Exception as exc:  # noqa: BLE001 - the run's other records stay
+            self.say(f"{self.strategy}: could not read the steps off the captures: {exc}")
+            return
+        counts = sorted(set(found.values()))
+        self.say(f"{self.strategy}: {'/'.join(map(str, counts))} steps per worker, read off their traffic")
 
     def _tcp(self) -> tuple[str, float | None]:
         """The congestion control and minimum RTO this variant runs with."""
@@ -97,7 +119,7 @@ class StrategyRun:
             faults = self.cfg.parsed_faults()
             if faults:
                 self.injector = FaultInjector(faults, self.folder.faults_file, self._kill_worker,
-                                              self.s.controller, self.say)
+                                              self.s.controller, self.say, set_cpu=self.s.fabric.set_cpu)
                 self.injector.start()
             procs = self.launcher.start()
             self.follower = Follower(self.strategy, procs, self.launcher.steps_done,
@@ -119,6 +141,8 @@ class StrategyRun:
                 if not interrupted and not self.s.controller.alive():
                     self.s.controller.start()
             self.recorder.stop(t_start, t_end)
+            if self.spec.kind == JOB:
+                self._job_steps()
             if special:
                 self.s.restore_tcp(rto_changed=self.spec.rto_min_ms is not None)
             lost = self.follower.lost if self.follower is not None else {}

@@ -22,11 +22,22 @@ from typing import Any
 
 from controller.launch import ControllerProcess
 from incastlab.cleanup import MARKER, find_leftovers, kill_pids, run_pids
-from runmodel.config import ControllerOptions, RunEnvironment
+from runmodel.config import ControllerOptions, ExperimentConfig, RunEnvironment, Straggler
 from runmodel.fabric import Plan
+from runmodel.params import ParamError
+from runmodel.strategy import JOB
 from topologies import hosttcp
+from topologies.containers import (
+    ContainerError,
+    HostRuntime,
+    Limits,
+    check_image,
+    choose_runtime,
+    cpus_for_share,
+)
 from topologies.fabric import Fabric, ensure_ovs
 from topologies.hosttcp import DEFAULT_RTO_MIN_MS
+from topologies.image import WORKER_IMAGE
 
 
 class SessionError(RuntimeError):
@@ -132,13 +143,15 @@ class Session:
         self.set_tcp(cc, rto)
 
     def environment(self) -> RunEnvironment:
-        """What the machine gave this session: datapath, kernel, cores, the hosts' TCP."""
+        """What the machine gave this session: datapath, kernel, cores, the hosts' TCP and runtime."""
         tcp = hosttcp.read(self.fabric.host(self.plan.host_names[0]).shell.pid)
+        rt = self.fabric.hosts_runtime
         return RunEnvironment(
             datapath=self.fabric.datapath, kernel=platform.release(), cores=os.cpu_count() or 1,
             cc=tcp.cc, rto_min_ms=tcp.rto_min_ms if tcp.rto_min_ms is not None else 200.0,
             virtualisation=detect_virtualisation(), python=platform.python_version(),
-            torch=_version("torch"))
+            torch=_version("torch"), runtime=self.fabric.runtime, runtime_why=rt.why,
+            image=",".join(sorted(set(rt.images.values()))) if self.fabric.runtime == "docker" else "")
 
 
 def _version(package: str) -> str:
@@ -167,18 +180,77 @@ def detect_virtualisation() -> str:
     return "tcg" if "QEMU" in model else "vm"
 
 
+def host_runtime(plan: Plan, workdir: Path, stragglers: tuple[Straggler, ...] = (),
+                 say: Callable[[str], None] | None = None, images: dict[str, str] | None = None,
+                 keepalive: tuple[str, ...] | None = None) -> HostRuntime:
+    """What the fabric's hosts will be (the plan's `runtime`, `auto` resolved), said in one line.
+
+    docker: every host a container of the worker image (or `images`: host -> image, the other hosts
+    namespaces), the run folder mounted at its own path, a straggler's CPU share, cores and memory the
+    container's limits. Knobs only a container has are refused for netns, before anything is built."""
+    runtime, why = choose_runtime(plan.spec.runtime)
+    if images is not None and runtime == "netns":
+        runtime, why = "docker", "a job runs in containers"
+    if say is not None:
+        say(f"runtime: {runtime} ({why})")
+    if runtime == "netns":
+        for st in stragglers:
+            if st.docker_only:
+                raise ParamError(f"stragglers: {st.host}: {', '.join(st.docker_only)} need --runtime docker "
+                                 f"(the hosts are namespaces here: {why})")
+        return HostRuntime("netns", why)
+    cores = os.cpu_count() or 1
+    limits: dict[str, Limits] = {}
+    for host in plan.hosts:
+        st = next((s for s in stragglers if s.host == host.name), None)
+        cpuset = st.cpuset if st else None
+        if cpuset is not None and max(int(c) for c in cpuset.split("-")) >= cores:
+            raise ParamError(f"stragglers: {host.name}: cpuset {cpuset} names a core this machine lacks "
+                             f"(cores 0-{cores - 1})")
+        lim = Limits(cpus=cpus_for_share(host.cpu) if host.cpu is not None else None, cpuset=cpuset,
+                     memory_mb=st.mem_mb if st else None)
+        if lim != Limits():
+            limits[host.name] = lim
+    chosen = images if images is not None else {h: WORKER_IMAGE for h in plan.host_names}
+    return HostRuntime("docker", why, images=chosen, limits=limits, mounts=(str(Path(workdir).resolve()),),
+                       keepalive=keepalive or HostRuntime().keepalive)
+
+
+def runtime_for(cfg: ExperimentConfig, workdir: Path, say: Callable[[str], None]) -> HostRuntime:
+    """An experiment's hosts (host_runtime), and what the chosen runtime cannot do refused up front:
+    a job where the hosts cannot be containers, a job image that is not here, a cpu fault on a namespace
+    host that has no CPU limit to change."""
+    plan = cfg.plan()
+    hosts = host_runtime(plan, workdir, cfg.stragglers, say=say)
+    if any(spec.kind == JOB for spec in cfg.strategy_specs):
+        if hosts.runtime != "docker":
+            raise ContainerError(f"job: its containers join the hosts' containers, and the hosts cannot be "
+                                 f"containers here: {hosts.why}")
+        check_image(cfg.job_image)
+    if hosts.runtime == "netns":
+        for f in cfg.parsed_faults():
+            if f.kind == "cpu" and plan.host(f.host).cpu is None:
+                raise ParamError(f"fault cpu:{f.target}: {f.host} is a namespace without a CPU limit here "
+                                 f"({hosts.why}); give it a cpu straggler or use --runtime docker")
+    return hosts
+
+
 @contextmanager
 def fabric_session(plan: Plan, options: ControllerOptions, workdir: Path, record: Path | None = None,
                    progress: Callable[[str], None] | None = None, ping: bool = True,
-                   tcp: tuple[str, float | None] | None = None) -> Iterator[Session]:
+                   tcp: tuple[str, float | None] | None = None,
+                   hosts: HostRuntime | None = None) -> Iterator[Session]:
     """Start the controller, then the fabric; check reachability; tear both down on any exit.
 
     tcp: (congestion control, minimum RTO in ms or None) to set in every host before the ping.
+    hosts: what the hosts are (host_runtime); None: the plan's runtime, resolved here.
     """
     say = progress or (lambda _msg: None)
     mark_run()
     preflight(*(tcp or (None, None)))
-    fabric = Fabric(plan, controller_port=options.of_port, controller_host=options.of_host)
+    if hosts is None:
+        hosts = host_runtime(plan, workdir, say=say)
+    fabric = Fabric(plan, controller_port=options.of_port, controller_host=options.of_host, hosts=hosts)
     controller = ControllerProcess(plan, options, workdir, record=record)
     controller.check_ports()
     try:
@@ -191,7 +263,9 @@ def fabric_session(plan: Plan, options: ControllerOptions, workdir: Path, record
         t0 = time.monotonic()
         fabric.start()
         fabric.wait_connected()
-        say(f"fabric up in {time.monotonic() - t0:.1f} s ({fabric.datapath} datapath)")
+        hosts_kind = (f"hosts in {len(fabric.containers.containers)} containers" if fabric.containers
+                      else "hosts in namespaces")
+        say(f"fabric up in {time.monotonic() - t0:.1f} s ({fabric.datapath} datapath, {hosts_kind})")
         sess = Session(fabric, controller, tcp)
         if tcp is not None:
             sess.set_tcp(*tcp)

@@ -8,6 +8,7 @@ before anything is built.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,7 @@ from typing import Any
 from runmodel import SCHEMA
 from runmodel.fabric import FabricSpec, Plan, build_plan
 from runmodel.params import ParamError, number, param, refuse_unknown, whole
-from runmodel.strategy import COLLECTIVES, CONGESTION_CONTROLS, KINDS, PS_FAMILY, StrategySpec
+from runmodel.strategy import COLLECTIVES, CONGESTION_CONTROLS, JOB, KINDS, PS_FAMILY, StrategySpec
 
 __all__ = ["COLLECTIVES", "PS_FAMILY", "ControllerOptions", "ExperimentConfig", "RunEnvironment", "Straggler",
            "StrategySpec", "load_scenario"]
@@ -29,7 +30,8 @@ def split_commas(text: str) -> tuple[str, ...]:
 
 
 STRAGGLER_KNOBS = {"cpu": float, "link_mbit": float, "slow_every": int, "slow_factor": float,
-                   "compute_factor": float}
+                   "compute_factor": float, "cpuset": str, "mem_mb": float}
+DOCKER_ONLY_KNOBS = ("cpuset", "mem_mb")  # limits only a container host has
 
 
 @dataclass(frozen=True)
@@ -42,6 +44,8 @@ class Straggler:
     slow_every: int = 0  # every K-th step computes slow_factor times longer (thermal throttling)
     slow_factor: float = 1.0
     compute_factor: float = 1.0  # the emulated accelerator is this many times slower
+    cpuset: str | None = None  # cores the host's container may run on ("1", "0-1"; runtime docker)
+    mem_mb: float | None = None  # the host's container's memory limit (runtime docker)
 
     @classmethod
     def parse(cls, text: str) -> Straggler:
@@ -78,6 +82,17 @@ class Straggler:
         if self.slow_every < 0 or self.slow_factor < 1 or self.compute_factor < 1:
             raise ParamError(f"stragglers: {self.host}: slow_every must be >= 0, slow_factor and "
                              "compute_factor >= 1")
+        if self.cpuset is not None and not re.fullmatch(r"\d+(-\d+)?", str(self.cpuset)):
+            raise ParamError(f"stragglers: {self.host}: cpuset must be a core or a range, e.g. 1 or 0-1, "
+                             f"got {self.cpuset!r}")
+        mem = self.mem_mb
+        if mem is not None and not (isinstance(mem, int | float) and mem >= 6):
+            raise ParamError(f"stragglers: {self.host}: mem_mb must be >= 6 (docker's least), got {mem}")
+
+    @property
+    def docker_only(self) -> list[str]:
+        """The knobs given that only a container host has."""
+        return [k for k in DOCKER_ONLY_KNOBS if getattr(self, k) is not None]
 
 
 @dataclass(frozen=True)
@@ -148,6 +163,9 @@ class ExperimentConfig:
                                               "h3:slow_every=3,slow_factor=4 (repeatable)",
                                               flag="--straggler", repeat=True, parse=Straggler.parse,
                                               metavar="HOST:FIELD=V,...")
+    job_image: str = param("", "the image of the job strategy's containers, one per worker host (incastlab "
+                           "job --image; it must exist here)", flag="--image", metavar="IMAGE")
+    job_command: tuple[str, ...] = param((), cli=False)  # the job's command line: `incastlab job ... -- CMD`
     name: str = param("", cli=False)
     description: str = param("", cli=False)
 
@@ -245,6 +263,12 @@ class ExperimentConfig:
             if spec.placement == "colocated" and spec.shards > n:
                 raise ParamError(f"strategies: {spec.name}: colocated shards must be at most the "
                                  f"{n} workers")
+        if any(spec.kind == JOB for spec in self.strategy_specs):
+            if not self.job_command or not all(isinstance(a, str) and a for a in self.job_command):
+                raise ParamError("job: give the command to run in every worker container after --, e.g. "
+                                 "incastlab job --image IMAGE -- python3 train.py")
+            if not isinstance(self.job_image, str) or not self.job_image.strip():
+                raise ParamError("job: --image IMAGE names the image of the job's containers")
         whole("steps", self.steps, 1)
         number("grad_mb", self.grad_mb, 0, 256, lo_open=True)
         whole("batch", self.batch, 1)
@@ -315,7 +339,7 @@ class ExperimentConfig:
             doc["controller"] = ControllerOptions.from_dict(doc["controller"])
         if isinstance(doc.get("strategies"), str):
             doc["strategies"] = split_commas(doc["strategies"])
-        for key in ("strategies", "faults"):
+        for key in ("strategies", "faults", "job_command"):
             if key in doc:
                 if not isinstance(doc[key], list | tuple):
                     raise ParamError(f"{where}: {key} must be a list")
@@ -361,3 +385,6 @@ class RunEnvironment:
     virtualisation: str  # tcg, kvm or none (what systemd-detect-virt or the CPU flags say)
     python: str
     torch: str
+    runtime: str = "netns"  # what the hosts were: docker containers or network namespaces
+    runtime_why: str = ""  # why that runtime (asked for, or what the default found)
+    image: str = ""  # the containers' image (runtime docker)

@@ -16,6 +16,7 @@ from runmodel.params import ParamError, number, param, refuse_unknown, whole
 SPINE_DPID_BASE = 0x100
 LEAF_DPID_BASE = 0x200
 DATAPATHS = ("auto", "user", "kernel")
+RUNTIMES = ("auto", "docker", "netns")  # what a host is: a container, a namespace, or docker where it can be
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,9 @@ class FabricSpec:
     loss_pct: float = param(0.0, "host link random loss, % (needs the sch_netem qdisc)")
     datapath: str = param("auto", "OVS datapath: kernel if its module is there (auto), else user",
                           choices=DATAPATHS)
+    runtime: str = param("auto", "what each host is: a Docker container (docker), a network namespace "
+                         "(netns), or docker when dockerd answers and the worker image is built (auto)",
+                         choices=RUNTIMES)
 
     def __post_init__(self) -> None:
         self.validate()
@@ -57,6 +61,8 @@ class FabricSpec:
             raise ParamError(f"loss_pct must be in [0, 100), got {self.loss_pct:g}")
         if self.datapath not in DATAPATHS:
             raise ParamError(f"datapath must be one of {', '.join(DATAPATHS)}, got {self.datapath!r}")
+        if self.runtime not in RUNTIMES:
+            raise ParamError(f"runtime must be one of {', '.join(RUNTIMES)}, got {self.runtime!r}")
         self.check_host("ps_host", self.ps_host)
 
     def check_host(self, what: str, host: str) -> None:

@@ -13,7 +13,7 @@ from typing import Any
 from runmodel.fabric import Plan
 from runmodel.params import ParamError
 
-KINDS = ("link-down", "link-up", "flap", "kill-worker", "controller-restart", "controller-kill")
+KINDS = ("link-down", "link-up", "flap", "kill-worker", "controller-restart", "controller-kill", "cpu")
 _SPEC_RE = re.compile(r"^(?P<kind>[a-z-]+)(?::(?P<target>[^@]+))?"
                       r"@(?:(?P<sec>\d+(?:\.\d+)?)s?|step(?P<step>\d+))$")
 
@@ -27,6 +27,12 @@ class Fault:
     at_s: float | None = None
     at_step: int | None = None
     duration_s: float = 3.0  # link-down before it comes back up (0: stays down); restart gap
+    value: float | None = None  # cpu: the host's new CPU share (Mininet's: a share of the whole machine)
+
+    @property
+    def host(self) -> str:
+        """cpu: the host whose CPU limit changes (the target's part before '=')."""
+        return self.target.partition("=")[0]
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
@@ -51,4 +57,16 @@ def parse_fault(text: str, plan: Plan, workers: int) -> Fault:
             raise ParamError(f"fault {text!r}: kill-worker needs a worker rank 0..{workers - 1}")
     if kind.startswith("controller") and target:
         raise ParamError(f"fault {text!r}: {kind} takes no target (controller-restart@4s)")
+    if kind == "cpu":
+        host, sep, raw = target.partition("=")
+        if not sep or host not in plan.host_names:
+            raise ParamError(f"fault {text!r}: cpu needs HOST=SHARE with a host of the fabric, "
+                             "e.g. cpu:h3=0.25@step4")
+        try:
+            share = float(raw)
+        except ValueError:
+            share = float("nan")
+        if not 0 < share <= 1:
+            raise ParamError(f"fault {text!r}: the cpu limit must be a share in (0, 1], got {raw!r}")
+        fault = Fault(kind, target, fault.at_s, fault.at_step, duration_s=0.0, value=share)
     return fault

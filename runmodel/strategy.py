@@ -13,7 +13,8 @@ from runmodel.params import ParamError
 
 PS_FAMILY = ("ps", "async", "ssp", "backup")
 COLLECTIVES = ("ring", "allreduce")
-KINDS = PS_FAMILY + COLLECTIVES
+JOB = "job"  # the user's own training command, in containers of the user's image (incastlab job)
+KINDS = PS_FAMILY + COLLECTIVES + (JOB,)
 CONGESTION_CONTROLS = ("cubic", "reno", "bbr", "dctcp")
 PLACEMENTS = ("dedicated", "colocated")
 SHARDABLE = ("ps", "async")  # a backup or SSP quorum must be one decision, not one per shard

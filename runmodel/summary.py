@@ -152,8 +152,9 @@ class StrategySummary:
         "the communication lower bound of one step (analysis/bounds.py): ps, ssp, backup (N + 1) S / B "
         "(full-duplex PS link: the next step's pushes overlap this step's pulls); async N S / B; over K "
         "dedicated shards divided by K; over K colocated shards (S (K - 1) + (N - 1) S) / (K B); ring and "
-        "allreduce 2 (N - 1) S / (N B); N workers, S the gradient's wire bytes (payload x 1514/1448), B "
-        "the slowest host link's rate", source="config.json")
+        "allreduce 2 (N - 1) S / (N B), and so a job (incastlab job), its S taken from the bytes its workers "
+        "sent a step; N workers, S the gradient's wire bytes (payload x 1514/1448), B the slowest host "
+        "link's rate", source="config.json")
     push_then_pull_s: float | None = metric(
         "PS family: 2 N S / (K B), a step when no push overlaps a pull (the textbook PS time)",
         source="config.json")

@@ -14,7 +14,8 @@ fi
 . /etc/os-release 2>/dev/null || ID=unknown
 
 APT_PACKAGES=(mininet openvswitch-switch openvswitch-common tcpdump tshark iperf3 ethtool
-  iputils-ping iproute2 cgroup-tools procps psmisc python3-venv python3-pip net-tools)
+  iputils-ping iproute2 cgroup-tools procps psmisc python3-venv python3-pip net-tools
+  docker.io debootstrap)
 # The dashboard's browser tests use Debian's chromium; Ubuntu ships it only as a snap, so there the
 # browser tests skip (the dashboard itself needs no browser on the machine).
 [[ "$ID" == "debian" ]] && APT_PACKAGES+=(chromium chromium-driver)
@@ -37,6 +38,22 @@ if ! ovs-vsctl --timeout=2 show >/dev/null 2>&1; then
   ovs-vsctl --timeout=5 show >/dev/null || { echo "make deps: Open vSwitch does not start" >&2; exit 1; }
 fi
 
+echo "== docker"
+# dockerd by systemd where it runs (the VM), else by hand (no systemd here): without a bridge or iptables
+# rules of its own, since the containers incastlab starts use --network none (see topologies/containers.py)
+if ! docker version --format '{{.Server.Version}}' >/dev/null 2>&1; then
+  if [[ -d /run/systemd/system ]]; then
+    systemctl enable --now docker >/dev/null 2>&1 || systemctl start docker
+  else
+    env -u INCASTLAB_RUN setsid dockerd --bridge=none --iptables=false --ip-forward=false --ip-masq=false \
+      </dev/null >>/var/log/incastlab-dockerd.log 2>&1 &
+  fi
+  for _ in $(seq 60); do docker version --format '{{.Server.Version}}' >/dev/null 2>&1 && break; sleep 0.5; done
+  docker version --format '{{.Server.Version}}' >/dev/null 2>&1 || {
+    echo "make deps: dockerd does not start (see /var/log/incastlab-dockerd.log)" >&2; exit 1; }
+fi
+echo "   dockerd $(docker version --format '{{.Server.Version}}'), $(docker info --format '{{.Driver}}, cgroup v{{.CgroupVersion}}' 2>/dev/null)"
+
 echo "== python venv (.venv from /usr/bin/python3, with system site packages for mininet)"
 if ! /usr/bin/python3 -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
   echo "make deps: /usr/bin/python3 is $(/usr/bin/python3 -V 2>&1); incastlab needs >= 3.11" >&2
@@ -53,4 +70,6 @@ if [[ -n "${INCASTLAB_TORCH_INDEX:-}" ]]; then
 fi
 "${pip[@]}" -r requirements.txt
 "${pip[@]}" --no-deps --no-build-isolation -e . 2>/dev/null || "${pip[@]}" --no-deps -e .
+echo "== wheelhouse for the worker image (make image builds it offline from these)"
+.venv/bin/python -m topologies.image --wheels
 echo "== deps ready: $(.venv/bin/python -c 'import torch, os_ken, scapy, mininet.net; print("torch", torch.__version__)')"

@@ -4,6 +4,7 @@ and a stage that acts on it (table-driven over the parser itself)."""
 from __future__ import annotations
 
 import ast
+import dataclasses
 import json
 from pathlib import Path
 
@@ -126,7 +127,7 @@ SAMPLES = {
     "--host-mbit": "12.5", "--uplink-mbit": "15", "--buffer-pkts": "30", "--ps-host": "h8",
     "--host-buffer-pkts": "500", "--delay-ms": "5", "--loss-pct": "1", "--datapath": "user",
     "--api-host": "127.0.0.2", "--api-port": "8181", "--of-host": "127.0.0.3", "--of-port": "6655",
-    "--interval": "0.25",
+    "--interval": "0.25", "--runtime": "netns", "--image": "example/trainer:1",
 }
 
 
@@ -136,12 +137,14 @@ def _param_actions(command: str):
     return [a for a in sub._actions if a.dest.startswith("param_")]
 
 
-@pytest.mark.parametrize("command", ["compare", "straggler", "mitigate", "fabric", "dashboard"])
+@pytest.mark.parametrize("command", ["compare", "straggler", "mitigate", "job", "fabric", "dashboard"])
 def test_every_flag_of_the_parser_reaches_config_json(tmp_path, command):
     actions = _param_actions(command)
     assert actions, "the parser has parameter flags"
-    experiment = command in ("compare", "straggler", "mitigate")
+    experiment = command in ("compare", "straggler", "mitigate", "job")
     scenario = load_scenario(SCENARIO_DIR / f"{command}.json") if experiment else None
+    if command == "job":  # the command comes after `--`, not from a flag
+        scenario = dataclasses.replace(scenario, job_command=("python3", "train.py"), job_image="mine:1")
     for action in actions:
         flag = action.option_strings[0]
         assert flag in SAMPLES, f"{flag}: add a sample value to SAMPLES so the flag is tested"

@@ -5,6 +5,8 @@ Rates and buffers are set where the controller can read them: every switch port 
 queue statistics report the queue's drops (`tx_errors`). Host egress is shaped with tc HTB.
 The datapath is detected: kernel OVS where the module is there, userspace (netdev) otherwise,
 and then TX checksum/TSO/GSO are switched off on every veth, or TCP stalls through it.
+Hosts are network namespaces, or Docker containers (a HostRuntime with runtime "docker": see
+topologies/containers.py); either way a workload process is started with `workload_popen`.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from functools import partial
 from pathlib import Path
@@ -20,6 +23,7 @@ from typing import Any
 
 from runmodel.fabric import Plan
 from runmodel.params import ParamError
+from topologies.containers import MARKER, Container, ContainerSet, HostRuntime, Limits, cpus_for_share
 from topologies.hygiene import sweep_fabric
 from topologies.topo import LeafSpineTopo
 
@@ -142,7 +146,8 @@ class Fabric:
     a failed start, and removes every bridge and veth of the fabric.
     """
 
-    def __init__(self, plan: Plan, controller_port: int = 6653, controller_host: str = "127.0.0.1") -> None:
+    def __init__(self, plan: Plan, controller_port: int = 6653, controller_host: str = "127.0.0.1",
+                 hosts: HostRuntime | None = None) -> None:
         spec = plan.spec
         if (spec.delay_ms or spec.loss_pct) and not netem_available():
             raise ParamError("delay_ms/loss_pct need the sch_netem qdisc, which this kernel does not have "
@@ -153,6 +158,8 @@ class Fabric:
         self.controller_host = controller_host
         self.datapath = spec.datapath
         self.net: Any = None
+        self.hosts_runtime = hosts or HostRuntime()
+        self.containers: ContainerSet | None = None
 
     # -- life cycle -------------------------------------------------------------------------
     def start(self) -> None:
@@ -167,9 +174,13 @@ class Fabric:
         setLogLevel("error")
         switch = partial(OVSSwitch, datapath=self.datapath, protocols="OpenFlow13", failMode="secure")
         controller = partial(RemoteController, ip=self.controller_host, port=self.controller_port)
-        self.net = Mininet(topo=LeafSpineTopo(self.plan), switch=switch, controller=controller,
-                           autoSetMacs=False, autoStaticArp=False, build=False, waitConnected=False)
         try:
+            if self.hosts_runtime.docker:  # the containers first: their namespaces become the hosts'
+                self.containers = ContainerSet(self.hosts_runtime, os.environ.get(MARKER, ""))
+                self.containers.start()
+            topo = LeafSpineTopo(self.plan, containers=self.containers)
+            self.net = Mininet(topo=topo, switch=switch, controller=controller,
+                               autoSetMacs=False, autoStaticArp=False, build=False, waitConnected=False)
             self.net.build()
             self.net.start()
             if self.datapath == "user":
@@ -197,9 +208,13 @@ class Fabric:
     def stop(self) -> None:
         """Tear the network down in bounded time; leaves no bridge, veth, shell or cgroup behind."""
         net, self.net = self.net, None
-        if net is not None:
-            end_node_shells(net)
-        sweep_fabric(self.plan)
+        try:
+            if net is not None:
+                end_node_shells(net)
+        finally:
+            if self.containers is not None:
+                self.containers.stop()
+            sweep_fabric(self.plan)
 
     def __enter__(self) -> Fabric:
         self.start()
@@ -217,6 +232,49 @@ class Fabric:
     def hosts(self) -> list[Any]:
         """Mininet host objects in plan order."""
         return [self.net[h.name] for h in self.plan.hosts]
+
+    @property
+    def runtime(self) -> str:
+        """docker when the hosts are containers, else netns."""
+        return "docker" if self.containers is not None and self.containers.containers else "netns"
+
+    def container(self, name: str) -> Container | None:
+        """The container that is host `name`, or None for a namespace host."""
+        if self.containers is None or name not in self.containers:
+            return None
+        return self.containers[name]
+
+    def workload_popen(self, name: str, args: list[str], stdout: Any, stderr: Any,
+                       env: dict[str, str] | None = None, python: bool = True) -> Any:
+        """Start a workload process in host `name`: in its container (docker exec), or in its namespace.
+
+        args: the interpreter's arguments (`-u -m workloads.worker ...`) when `python`, else the whole
+        command line (a user's own job). Returns a Popen-like object (poll, wait, terminate, kill)."""
+        box = self.container(name)
+        if box is not None:
+            argv = [box.python, *args] if python else list(args)
+            return box.exec(argv, stdout=stdout, stderr=stderr, env=env)
+        argv = [sys.executable, *args] if python else list(args)
+        full_env = dict(os.environ, **(env or {})) if env else None
+        return self.host(name).popen(argv, stdout=stdout, stderr=stderr, env=full_env)
+
+    def set_cpu(self, name: str, share: float | None) -> None:
+        """Change host `name`'s CPU share at run time (the `cpu` fault): the container's limit, or a
+        CPU-limited namespace host's cgroup quota. share is Mininet's: a share of the whole machine;
+        None: back to the plan's (unlimited for a host that is no CPU straggler)."""
+        planned = self.plan.host(name).cpu
+        share = planned if share is None else share
+        box = self.container(name)
+        if box is not None:
+            box.update(Limits(cpus=cpus_for_share(share) if share is not None else 0.0))
+            return
+        if share is None:
+            return
+        node = self.host(name)
+        if not hasattr(node, "setCPUFrac"):
+            raise FabricError(f"{name} has no CPU limit to change (give it a cpu straggler, or use "
+                              "--runtime docker)")
+        node.setCPUFrac(share, sched="cfs")
 
     def set_port_buffer(self, ports: list[str], pkts: int, ecn_mark_pkts: int | None = None) -> None:
         """Resize switch ports' buffers in place: txqueuelen and the queue under the port's HTB class

@@ -2,8 +2,9 @@
 
 A run marks every process it starts with the environment variable INCASTLAB_RUN (Mininet's host
 shells inherit it, and so does everything started in them), names its bridges sp<N>/lf<N> and its
-veths <node>-eth<N>, and tags its OVS QoS rows with external-ids:incastlab=1. That is what the
-sweep looks for, so it never touches another program's bridges or processes.
+veths <node>-eth<N>, tags its OVS QoS rows with external-ids:incastlab=1, labels the containers that
+are its hosts incastlab.run=<marker value> and the images it builds incastlab.image. That is what the
+sweep looks for, so it never touches another program's bridges, processes or containers.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from runmodel.fabric import Plan
+from topologies.containers import dangling_images, remove_containers, remove_images, run_containers
 
 MARKER = "INCASTLAB_RUN"
 BRIDGE_RE = re.compile(r"^(sp|lf)\d+$")
@@ -33,10 +35,13 @@ class Leftovers:
     pids: list[int] = field(default_factory=list)
     netns: list[str] = field(default_factory=list)
     qos: list[str] = field(default_factory=list)
+    containers: list[str] = field(default_factory=list)  # labelled incastlab.run, running or not
+    images: list[str] = field(default_factory=list)  # incastlab's dangling (untagged) images
 
     def empty(self) -> bool:
         """True when nothing is left."""
-        return not (self.bridges or self.veths or self.pids or self.netns or self.qos)
+        return not (self.bridges or self.veths or self.pids or self.netns or self.qos or self.containers
+                    or self.images)
 
     def describe(self) -> str:
         """One line naming what is left."""
@@ -51,6 +56,10 @@ class Leftovers:
             parts.append(f"namespaces {' '.join(self.netns)}")
         if self.qos:
             parts.append(f"{len(self.qos)} OVS QoS rows")
+        if self.containers:
+            parts.append(f"containers {' '.join(self.containers)}")
+        if self.images:
+            parts.append(f"{len(self.images)} dangling incastlab images")
         return ", ".join(parts) or "nothing"
 
 
@@ -112,6 +121,8 @@ def find_leftovers() -> Leftovers:
                   if n.startswith(NETNS_PREFIX)]
     left.qos = _out(["ovs-vsctl", "--timeout=5", "--bare", "--columns=_uuid", "find", "qos",
                      "external-ids:incastlab=1"]).split()
+    left.containers = run_containers()
+    left.images = dangling_images()
     return left
 
 
@@ -142,11 +153,13 @@ def _zombie(pid: int) -> bool:
 
 
 def remove(left: Leftovers) -> None:
-    """Remove what find_leftovers found: processes first, then bridges, QoS rows, veths.
+    """Remove what find_leftovers found: containers and processes first, then bridges, QoS rows, veths,
+    and incastlab's dangling images.
 
-    Every step is one command with a timeout (one OVS transaction for all bridges, one `ip -batch`
-    for all veths), so a sweep takes seconds however large the fabric was.
+    Every step is one command with a timeout (one `docker rm -f`, one OVS transaction for all bridges,
+    one `ip -batch` for all veths), so a sweep takes seconds however large the fabric was.
     """
+    remove_containers(left.containers)
     kill_pids(left.pids)
     if left.bridges:
         argv = ["ovs-vsctl", "--timeout=15"]
@@ -158,6 +171,7 @@ def remove(left: Leftovers) -> None:
         _out(["ip", "-force", "-batch", "-"], stdin="".join(f"link del {v}\n" for v in left.veths))
     for ns in left.netns:
         _out(["ip", "netns", "del", ns])
+    remove_images(left.images)
 
 
 def _destroy_qos(qos: list[str]) -> None:
@@ -177,8 +191,10 @@ def _destroy_qos(qos: list[str]) -> None:
 def sweep_fabric(plan: Plan | None = None) -> None:
     """After a fabric stops: remove its bridges, veths and QoS rows if Mininet missed any."""
     left = find_leftovers()
-    left.pids = []  # processes are the run's business (see clean_all)
+    left.pids = []  # processes and containers are the run's business (see clean_all)
     left.netns = []
+    left.containers = []
+    left.images = []
     if plan is not None:
         names = {s.name for s in plan.switches}
         left.bridges = [b for b in left.bridges if b in names]

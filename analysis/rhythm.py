@@ -1,0 +1,190 @@
+"""Training steps read off a worker's traffic, for a job that logs nothing of its own.
+
+A data-parallel step computes, then exchanges its gradient: on the worker's own link that is a burst
+of data packets, then quiet while the next step computes. The steps are therefore the bursts between
+quiet gaps, and which gaps separate steps is decided by the traffic itself: an idle over LONG_IDLE_S
+always does; of the other gaps between data packets, sorted longest first, those above the largest
+jump of that order (the compute pauses, all alike, stand apart from the pauses inside an exchange),
+never one shorter than MIN_STEP_GAP_S. A job whose compute pauses are no longer than the waits
+inside its exchange shows no rhythm on its links: its steps then come out merged (measured: the
+shipped DDP example at batch 128, 30 ms of compute against waits of up to 50 ms inside gloo's ring).
+Bursts that carry under SMALL_BURST_SHARE of the median burst's bytes (a rendezvous, a closing
+barrier) are not steps. Every worker of a synchronous job takes the same steps: steps_of_job reads
+each worker's capture with the number of steps most captures show (a capture whose pauses are less
+clear is read with the others' count, its pauses picked one per period). The first burst (DDP's
+broadcast of the initial parameters, or the first step's exchange) starts the clock: step k runs
+from the end of burst k-1 to the end of burst k, its compute being the quiet gap and its
+communication the burst.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from analysis.pcapfile import read_pcap, str_to_ip
+
+MIN_STEP_GAP_S = 0.005
+LONG_IDLE_S = 1.0  # a pause this long always ends a burst (start-up, a stall)
+SMALL_BURST_SHARE = 0.25
+LOSS_RE = re.compile(r"\bloss\b[\s=:]+([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class Burst:
+    """One exchange: first and last data packet, payload bytes the host sent and received."""
+
+    t0: float
+    t1: float
+    sent: int
+    recv: int
+
+    @property
+    def bytes(self) -> int:
+        """Payload both ways."""
+        return self.sent + self.recv
+
+
+@dataclass(frozen=True)
+class RhythmStep:
+    """One step as the traffic shows it."""
+
+    step: int
+    t_start: float
+    t_end: float
+    compute_s: float  # the quiet gap before the burst
+    comm_s: float  # the burst
+    bytes_sent: int
+    bytes_recv: int
+
+
+def step_gap(gaps: np.ndarray) -> float | None:
+    """The shortest gap that ends a step, from the gaps themselves: sorted longest first, the gaps
+    above the largest ratio between neighbours are the compute pauses (at least two of them where
+    there are; one when one pause is far longer than any other), never shorter than MIN_STEP_GAP_S.
+    None: no gap is (the traffic is one burst)."""
+    order = np.sort(gaps)[::-1]
+    n_long = int((order >= MIN_STEP_GAP_S).sum())
+    if n_long == 0:
+        return None
+    if n_long == len(order):
+        return float(order[-1])
+    ratios = order[:n_long] / np.maximum(order[1:n_long + 1], 1e-9)
+    k = int(np.argmax(ratios[1:]) + 1) if len(ratios) > 1 else 0
+    if ratios[0] > 4 * ratios[k]:
+        k = 0
+    return float(order[k])
+
+
+def find_bursts(ts: np.ndarray, plen: np.ndarray, outgoing: np.ndarray) -> list[Burst]:
+    """Bursts of data packets (ts sorted), split at every idle over LONG_IDLE_S (start-up, a stall)
+    and at the compute pauses the gaps in between show (step_gap)."""
+    if len(ts) == 0:
+        return []
+    gaps = np.diff(ts)
+    idle = gaps >= LONG_IDLE_S
+    gap = step_gap(gaps[~idle]) if (~idle).any() else None
+    cut = idle | (gaps >= gap) if gap is not None else idle
+    return cut_bursts(ts, plen, outgoing, [int(i) + 1 for i in np.nonzero(cut)[0]])
+
+
+def steps_from_bursts(found: list[Burst]) -> list[RhythmStep]:
+    """Steps from the bursts (small ones dropped): step k ends with burst k, k >= 1."""
+    if not found:
+        return []
+    median = statistics.median(b.bytes for b in found)
+    big = [b for b in found if b.bytes >= SMALL_BURST_SHARE * median]
+    out = []
+    for k in range(1, len(big)):
+        prev, cur = big[k - 1], big[k]
+        out.append(RhythmStep(k, prev.t1, cur.t1, max(0.0, cur.t0 - prev.t1), cur.t1 - cur.t0, cur.sent,
+                              cur.recv))
+    return out
+
+
+def data_packets(path: Path, host_ip: str) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """(times, payload bytes, sent by the host) of the data packets in one host's capture, by time."""
+    try:
+        pk = read_pcap(path, allow_truncated=True, require_tcp=False)
+    except Exception:  # noqa: BLE001 - a missing or broken capture gives no steps
+        return None
+    ip = str_to_ip(host_ip)
+    mine = (pk.plen > 0) & ((pk.src == ip) | (pk.dst == ip))
+    if not mine.any():
+        return None
+    ts = pk.ts[mine]
+    order = np.argsort(ts, kind="stable")
+    return ts[order], pk.plen[mine][order], (pk.src[mine] == ip)[order]
+
+
+def steps_from_pcap(path: Path, host_ip: str) -> list[RhythmStep]:
+    """The steps of one worker from its own capture alone ([] when it has no data packets)."""
+    pk = data_packets(path, host_ip)
+    return steps_from_bursts(find_bursts(*pk)) if pk is not None else []
+
+
+def cut_bursts(ts: np.ndarray, plen: np.ndarray, outgoing: np.ndarray, cuts: list[int]) -> list[Burst]:
+    """The bursts between the cuts (indices of the first packet of each burst but the first)."""
+    out = []
+    for lo, hi in zip([0, *cuts], [*cuts, len(ts)], strict=True):
+        sent = int(plen[lo:hi][outgoing[lo:hi]].sum())
+        out.append(Burst(float(ts[lo]), float(ts[hi - 1]), sent, int(plen[lo:hi].sum()) - sent))
+    return out
+
+
+def periodic_bursts(ts: np.ndarray, plen: np.ndarray, outgoing: np.ndarray, n_steps: int) -> list[Burst]:
+    """Bursts when the job is known to take `n_steps` steps: in the longest stretch between idles, its
+    longest gaps, each at least half a period (the stretch's span / n_steps) from those taken before, are
+    taken one by one until the bursts make n_steps steps (a gap before a small burst makes none)."""
+    gaps = np.diff(ts)
+    idle = [int(i) + 1 for i in np.nonzero(gaps >= LONG_IDLE_S)[0]]
+    edges = [0, *idle, len(ts)]
+    a, b = max(zip(edges[:-1], edges[1:], strict=True), key=lambda ab: ts[ab[1] - 1] - ts[ab[0]])
+    per = (ts[b - 1] - ts[a]) / max(1, n_steps)
+    chosen: list[int] = []
+    found = cut_bursts(ts, plen, outgoing, idle)
+    for i in (np.argsort(gaps[a:b - 1])[::-1] + a) if b - a > 1 else []:
+        if len(steps_from_bursts(found)) >= n_steps or gaps[i] < MIN_STEP_GAP_S:
+            break
+        if all(abs(ts[i] - ts[j]) >= 0.5 * per for j in chosen):
+            chosen.append(int(i))
+            found = cut_bursts(ts, plen, outgoing, sorted(set(idle) | {j + 1 for j in chosen}))
+    return found
+
+
+def steps_of_job(captures: list[tuple[Path, str]]) -> list[list[RhythmStep]]:
+    """Every worker's steps of one synchronous job, from each worker's own capture (path, its IP).
+
+    Every worker takes the same steps, so their number is the median of what each capture shows on
+    its own (steps_from_pcap); each worker's steps are then the bursts between that many of its
+    longest pauses, one per period (periodic_bursts), so a capture whose pauses are less clear than
+    the others' is read with what the others show."""
+    packets = [data_packets(path, ip) for path, ip in captures]
+    alone = [len(steps_from_bursts(find_bursts(*pk))) for pk in packets if pk is not None]
+    if not alone:
+        return [[] for _ in captures]
+    n = int(round(statistics.median(alone)))
+    return [steps_from_bursts(periodic_bursts(*pk, n)) if pk is not None and n else [] for pk in packets]
+
+
+def losses_from_output(text: str) -> list[float]:
+    """The losses a training script printed, in order (lines with `loss <number>`)."""
+    out = []
+    for line in text.splitlines():
+        m = LOSS_RE.search(line)
+        if m:
+            try:
+                out.append(float(m.group(1)))
+            except ValueError:
+                continue
+    return out
+
+
+def loss_for(step: int, losses: list[float]) -> float:
+    """The loss of step k (1-based) when the script printed one a step, else NaN."""
+    return losses[step - 1] if 0 < step <= len(losses) else math.nan

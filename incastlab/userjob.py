@@ -1,0 +1,171 @@
+"""The `job` strategy: a user's own distributed training command, one container per worker host.
+
+Each worker host is a container of the worker image (the fabric's host, topologies.containers); the
+job's container, `incastlab-<host>-job` of the user's image, joins that container's network namespace
+(`docker run --network container:incastlab-<host>`), so the job's traffic crosses the fabric from the
+host's own interface, under the host's CPU and memory limits. The command gets the environment
+`torchrun` gives a one-process-per-node job (RANK, WORLD_SIZE, LOCAL_RANK=0, LOCAL_WORLD_SIZE=1,
+GROUP_RANK, ROLE_RANK, ROLE_WORLD_SIZE, MASTER_ADDR = rank 0's host address, MASTER_PORT,
+TORCHELASTIC_RUN_ID, TORCHELASTIC_RESTART_COUNT, TORCHELASTIC_MAX_RESTARTS) and GLOO_SOCKET_IFNAME =
+the host's fabric interface. Its stdout and stderr go to worker-<rank>.stdout / .stderr.
+
+The script logs nothing incastlab reads, so after the job its steps are read off each worker's own
+capture (analysis.rhythm) and written as the strategy's worker-<rank>.jsonl, with the losses the
+script printed (lines with `loss <number>`), so the summary and the report treat it like the
+built-in strategies.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from typing import Any
+
+from incastlab.follow import Tracked
+from runmodel.config import ExperimentConfig
+from runmodel.folder import StrategyFolder
+from runmodel.job import JobSpec
+from runmodel.records import JsonlWriter, StepRecord, WorkerDone
+from topologies.containers import HOST_LABEL, MARKER, RUN_LABEL, docker_bin, remove_containers
+
+STOP_GRACE_S = 5.0
+
+
+def job_container(host: str) -> str:
+    """The job's container on a host."""
+    return f"incastlab-{host}-job"
+
+
+def torchrun_env(job: JobSpec, rank: int, run_id: str) -> dict[str, str]:
+    """What torchrun sets for a node with one process, plus the interface gloo must use."""
+    rj = job.rank(rank)
+    return {"RANK": str(rank), "WORLD_SIZE": str(job.world), "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1",
+            "GROUP_RANK": str(rank), "GROUP_WORLD_SIZE": str(job.world), "ROLE_RANK": str(rank),
+            "ROLE_WORLD_SIZE": str(job.world), "ROLE_NAME": "default", "MASTER_ADDR": job.master_addr,
+            "MASTER_PORT": str(job.master_port), "TORCHELASTIC_RUN_ID": run_id,
+            "TORCHELASTIC_RESTART_COUNT": "0", "TORCHELASTIC_MAX_RESTARTS": "0",
+            "GLOO_SOCKET_IFNAME": rj.ifname}
+
+
+class JobProc:
+    """One job container's `docker run` (attached: it exits with the command's exit code), handled like
+    a Popen; terminate and kill go to the container."""
+
+    def __init__(self, argv: list[str], name: str, stdout: Any, stderr: Any) -> None:
+        self.name = name
+        self.client = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr)
+
+    def poll(self) -> int | None:
+        """The command's exit code, or None while it runs."""
+        return self.client.poll()
+
+    def wait(self, timeout: float | None = None) -> int:
+        """Wait for the exit code."""
+        return self.client.wait(timeout)
+
+    def _docker(self, *args: str) -> None:
+        try:
+            subprocess.run([docker_bin() or "docker", *args], capture_output=True, timeout=20, check=False)
+        except subprocess.TimeoutExpired:
+            pass
+
+    def terminate(self) -> None:
+        """SIGTERM to the command (the container's main process)."""
+        self._docker("kill", "--signal", "TERM", self.name)
+
+    def kill(self) -> None:
+        """SIGKILL the container, as a crash would, and its client."""
+        self._docker("kill", self.name)
+        self.client.kill()
+
+
+class JobLauncher:
+    """The job's containers, one per worker host (the Launcher of the built-in strategies' role)."""
+
+    def __init__(self, fabric: Any, folder: StrategyFolder, job: JobSpec, cfg: ExperimentConfig) -> None:
+        self.fabric = fabric
+        self.folder = folder
+        self.job = job
+        self.cfg = cfg
+        self.procs: list[Tracked] = []
+        self.popens: list[JobProc] = []
+
+    def run_args(self, rank: int) -> list[str]:
+        """`docker run` of rank `rank`'s container."""
+        rj = self.job.rank(rank)
+        host_box = self.fabric.container(rj.host)
+        if host_box is None:
+            raise RuntimeError(f"{rj.host} is no container: a job needs the docker runtime")
+        run = host_box.run
+        args = [docker_bin() or "docker", "run", "--rm", "--name", job_container(rj.host),
+                "--network", f"container:{host_box.name}", "--label", f"{RUN_LABEL}={run}",
+                "--label", f"{HOST_LABEL}={rj.host}", "-e", f"{MARKER}={run}",
+                "-e", f"INCASTLAB_OUT={self.folder.path}", *host_box.limits.docker_args()]
+        for k, v in torchrun_env(self.job, rank, f"incastlab-{self.folder.name}").items():
+            args += ["-e", f"{k}={v}"]
+        for m in host_box.mounts:
+            args += ["-v", f"{m}:{m}"]
+        return args + [self.cfg.job_image, *self.cfg.job_command]
+
+    def start(self) -> list[Tracked]:
+        """job.json (for the record), then every rank's container."""
+        self.job.write(self.folder.job_file)
+        for rj in self.job.ranks:
+            err = self.folder.worker_stderr(rj.rank)
+            out = err.with_suffix(".stdout")
+            name = job_container(rj.host)
+            with open(out, "wb") as fout, open(err, "wb") as ferr:
+                proc = JobProc(self.run_args(rj.rank), name, fout, ferr)
+            self.popens.append(proc)
+            self.procs.append(Tracked("worker", rj.rank, rj.host, proc, err, container=name))
+        return self.procs
+
+    def kill_worker(self, rank: int) -> bool:
+        """SIGKILL one rank's container (the kill-worker fault)."""
+        for p, proc in zip(self.procs, self.popens, strict=True):
+            if p.rank == rank and proc.poll() is None:
+                proc.kill()
+                return True
+        return False
+
+    def stop(self) -> None:
+        """Stop the containers still running; then none of the job's containers is left."""
+        live = [proc for proc in self.popens if proc.poll() is None]
+        for proc in live:
+            proc.terminate()
+        deadline = time.monotonic() + STOP_GRACE_S
+        for proc in live:
+            try:
+                proc.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                try:
+                    proc.wait(10)
+                except subprocess.TimeoutExpired:
+                    pass
+        remove_containers([proc.name for proc in self.popens])
+
+    def steps_done(self) -> dict[int, int]:
+        """Steps are known only after the job (from its traffic): none while it runs."""
+        return {}
+
+    def write_steps(self, plan: Any) -> dict[int, int]:
+        """Each rank's steps read off its host's capture, as worker-<rank>.jsonl; returns steps per rank."""
+        from analysis.rhythm import loss_for, losses_from_output, steps_of_job
+
+        found = {}
+        every = steps_of_job([(self.folder.pcap(rj.host), plan.host(rj.host).ip) for rj in self.job.ranks])
+        for rj, steps in zip(self.job.ranks, every, strict=True):
+            try:
+                out = self.folder.worker_stderr(rj.rank).with_suffix(".stdout").read_text(errors="replace")
+            except OSError:
+                out = ""
+            losses = losses_from_output(out)
+            with JsonlWriter(self.folder.worker_log(rj.rank)) as log:
+                for st in steps:
+                    log.write(StepRecord(rj.rank, self.job.strategy, st.step, st.t_start, st.t_end,
+                                         st.compute_s, st.comm_s, 0.0, st.bytes_sent, st.bytes_recv,
+                                         loss_for(st.step, losses), 0))
+                log.write(WorkerDone(rj.rank, len(steps)))
+            found[rj.rank] = len(steps)
+        return found
