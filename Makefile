@@ -5,7 +5,7 @@ IL      := .venv/bin/incastlab
 ARGS    ?=
 RUN     ?= results/latest
 
-.PHONY: deps image job test test-unit test-integration lint fabric compare straggler mitigate report dashboard bench soak clean-net clean
+.PHONY: deps image job test test-unit test-integration lint fabric compare straggler mitigate incast report dashboard bench soak clean-net clean
 
 deps:            ## install everything (Debian packages, Open vSwitch running, .venv); idempotent
 	bash scripts/deps.sh
@@ -36,6 +36,9 @@ straggler:       ## sync / async / SSP / backup workers with one straggler
 
 mitigate:        ## incast cures: PS with a 1 ms minimum RTO, sharded over 2 and 4 hosts, vs PS and ring
 	$(IL) mitigate $(ARGS)
+
+incast:          ## the incast curve: goodput vs number of senders, 200 ms vs 1 ms RTO and other cures
+	$(IL) incast $(ARGS)
 
 job:             ## your own training job in containers on the fabric: make job ARGS="--image IMG -- CMD..."
 	$(IL) job $(ARGS)

@@ -12,13 +12,17 @@ Per point (runmodel.incast.IncastRow):
   0.75 x the minimum RTO. Linux probes a lone segment in flight only after srtt/2 + the minimum RTO
   (tcp_schedule_loss_probe), so with one segment left a probe costs what a timeout costs; the
   kernel counts it as a probe, not a timeout. Stalls whose waits overlap (many senders timing out
-  together) form one *wave*: the round waits for it once.
+  together) form one *wave*. timer_waits: per round, the stalls of the sender that stalled most
+  (each counted 2^k for its k-th backoff: the k-th retry waits 2^k RTOs), summed over the rounds:
+  a round cannot end before its last block, and that block waited at least this many minimum RTOs.
 - timeout_idle_s: the time the client's link carried no data (gaps over 2 ms in its capture) while
   a sender waited in a timer stall: what the timeouts cost the link.
 - lost_s: the point's duration minus the time its bytes need at the link's payload rate
-  (B x 1448/1514, a full frame's payload share with TCP timestamps); explained_s: waves x the
-  minimum RTO (x 2^k for a wave whose longest wait was the k-th backoff); explained_frac =
-  explained_s / lost_s: the share of the lost goodput that timeouts x the minimum RTO explain.
+  (B x 1448/1514, a full frame's payload share with TCP timestamps); explained_s: timer_waits x the
+  minimum RTO; explained_frac = min(explained_s, lost_s) / lost_s: the share of the lost goodput
+  that timeouts x the minimum RTO explain (explained_s above lost_s: some of those waits overlapped
+  other blocks' data); idle_frac = timeout_idle_s / lost_s: the share of the lost time the link
+  was measured idle while a sender waited for its timer.
 - fidelity (analysis.fidelity): losses the captures saw that no switch queue counted; the client
   port's dequeue gaps while backlogged against its rate (its own egress capture); CPU saturation.
 """
@@ -101,6 +105,18 @@ def waves(stalls: list[dict[str, Any]]) -> list[dict[str, Any]]:
             w["backoff"] = max(w["backoff"], st["backoff"])
         else:
             out.append({"start": a, "end": b, "stalls": 1, "backoff": st["backoff"]})
+    return out
+
+
+def timer_waits(rounds: list[RoundRecord], stalls: list[dict[str, Any]]) -> list[int]:
+    """Per round: the timer waits (2^backoff each) of the sender that waited most in it."""
+    out = []
+    for r in rounds:
+        per: dict[str, int] = {}
+        for st in stalls:
+            if r.t_start <= st["t"] <= r.t_end:
+                per[st["host"]] = per.get(st["host"], 0) + 2 ** st["backoff"]
+        out.append(max(per.values(), default=0))
     return out
 
 
@@ -375,9 +391,11 @@ def analyze_point(pf: PointFolder, cfg: IncastConfig, plan: Plan, line: IncastLi
             arrivals = arrivals[(arrivals >= t0) & (arrivals <= t1)]
             idle = idle_spans(np.concatenate([[t0], arrivals, [t1]]))
             row.timeout_idle_s = round(overlap_s(idle, spans), 6)
-            row.explained_s = round(sum(rto_min_s * 2 ** w["backoff"] for w in ws), 6)
-            if row.lost_s and row.lost_s > 0:
-                row.explained_frac = round(row.explained_s / row.lost_s, 4)
+            row.timer_waits = sum(timer_waits(rounds, inside))
+            row.explained_s = round(row.timer_waits * rto_min_s, 6)
+            if row.lost_s and row.lost_s > 0:  # a share: what the model over-explains is in explained_s
+                row.explained_frac = round(min(row.explained_s, row.lost_s) / row.lost_s, 4)
+                row.idle_frac = round(min(row.timeout_idle_s, row.lost_s) / row.lost_s, 4)
             dspans = drop_spans(pf.queue_samples(), cfg.queue_sample_ms / 1000.0)
             loose = unattributed(pc.lost_times, dspans)
             checks["unexplained_loss_share"] = round(loose / pc.fabric_drops, 4) if pc.fabric_drops else 0.0
@@ -400,7 +418,7 @@ def pick_timeline(rows: list[IncastRow]) -> IncastRow | None:
     """The point the timeline shows: the most collapsed point with timer stalls, of the first curve
     with the Linux minimum RTO (200 ms), else of any curve."""
     done = [
-        r for r in rows if r.state == "complete" and r.goodput_frac is not None and (r.timeout_waves or 0) > 0
+        r for r in rows if r.state == "complete" and r.goodput_frac is not None and (r.timer_waits or 0) > 0
     ]
     if not done:
         return None
@@ -625,7 +643,7 @@ def incast_table(result: IncastResult) -> str:
         ("timeouts_kernel", "RTOs kernel", "{:d}", 12),
         ("timeouts_pcap", "RTOs pcap", "{:d}", 10),
         ("loss_probes_kernel", "TLPs kernel", "{:d}", 12),
-        ("timeout_waves", "waves", "{:d}", 6),
+        ("timer_waits", "waits", "{:d}", 6),
         ("timeout_idle_s", "idle s", "{:.2f}", 7),
         ("explained_frac", "explained", "{:.0%}", 10),
     ]

@@ -61,7 +61,7 @@ def curve_figure(result: IncastResult) -> tuple[Any, dict[str, Any]]:
                 zorder=4,
             )
         per_round = [
-            (r.timeout_waves or 0) / r.rounds if r.rounds and r.timeout_waves is not None else None
+            (r.timer_waits or 0) / r.rounds if r.rounds and r.timer_waits is not None else None
             for r in rows
         ]
         low.plot(
@@ -226,7 +226,7 @@ def findings(result: IncastResult) -> list[str]:
             f"{base}: {one.goodput_frac:.0%} of the link with {one.senders} sender, {top.goodput_frac:.0%} "
             f"with {top.senders} (lowest {worst.goodput_frac:.0%} at N={worst.senders}); at N={top.senders} "
             f"the senders' kernels counted {top.timeouts_kernel} timeouts and {top.loss_probes_kernel} loss "
-            f"probes in {top.rounds} rounds, {top.timeout_waves} waves of timer stalls, and the client's "
+            f"probes in {top.rounds} rounds, {top.timer_waits} timer waits on the slowest block of each round, and the client's "
             f"link sat idle {top.timeout_idle_s:.2f} s of the {top.duration_s:.2f} s while a sender waited "
             f"for its timer."
         )
@@ -268,13 +268,14 @@ def cause_table(result: IncastResult) -> Table:
         Column("RTOs (pcap)", "timeouts found in the senders' own captures (analysis.rto)"),
         Column("TLPs (kernel)", "TcpExtTCPLossProbes over the senders"),
         Column(
-            "waves",
-            "timer stalls (timeouts, and probes that waited >= 0.75 x the minimum RTO) "
-            "whose waits overlap, counted once",
+            "timer waits",
+            "per round, the timer stalls (timeouts, and probes that waited >= 0.75 x the minimum RTO; "
+            "2^k for a k-th backoff) of the sender that stalled most, summed over the rounds",
         ),
         Column("idle s", "the client's link idle (> 2 ms without data) while a sender waited for its timer"),
         Column("lost s", "duration - bytes at the link's payload rate"),
-        Column("explained", "waves x minimum RTO (x2 per backoff) / lost s"),
+        Column("explained", "timer waits x minimum RTO / lost s (at most 100 %)"),
+        Column("idle share", "idle s / lost s: the lost time the link was seen idle during a timer wait"),
         Column("verdict", "fidelity: trustworthy or degraded (reasons below)", numeric=False),
     ]
     rows, values = [], {}
@@ -287,10 +288,11 @@ def cause_table(result: IncastResult) -> Table:
             _num(r.timeouts_kernel),
             _num(r.timeouts_pcap),
             _num(r.loss_probes_kernel),
-            _num(r.timeout_waves),
+            _num(r.timer_waits),
             _num(r.timeout_idle_s, "{:.2f}"),
             _num(r.lost_s, "{:.2f}"),
             _pct(r.explained_frac),
+            _pct(r.idle_frac),
             r.verdict or "–",
         ]
         rows.append(Row(f"{label} N={r.senders}", cells, bad=r.verdict != "trustworthy"))

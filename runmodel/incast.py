@@ -63,7 +63,7 @@ def parse_senders(text: str) -> tuple[int, ...]:
 
 def incast_fabric() -> FabricSpec:
     """The incast fabric: 16 hosts (15 senders), 2 spines; the client's port the one bottleneck."""
-    return FabricSpec(spines=2, leaves=4, hosts_per_leaf=4, host_mbit=20.0, uplink_mbit=100.0, buffer_pkts=8)
+    return FabricSpec(spines=2, leaves=4, hosts_per_leaf=4, host_mbit=20.0, uplink_mbit=100.0, buffer_pkts=3)
 
 
 # the option a curve may change, and how its text is read
@@ -74,7 +74,7 @@ LINE_OPTIONS: dict[str, Any] = {
     "quickack": int,
     "max_concurrent": int,
 }
-DEEP_BUFFER_PKTS = 512
+DEEP_BUFFER_PKTS = 1000
 DEFAULT_LINES = (
     "base",
     "rto_min_ms=1",
@@ -177,7 +177,7 @@ class IncastConfig:
         metavar="N1,N2",
     )
     sru_bytes: int = param(
-        32768,
+        49152,
         "server request unit: bytes each server sends per round (32k = 32768)",
         flag="--sru",
         parse=parse_size,
@@ -551,6 +551,7 @@ class IncastRow:
     timeouts_pcap_by_host: dict[str, int] = field(default_factory=dict)
     timeout_waves: int | None = None  # concurrent timeouts counted once (the RTO stalls a round waited)
     rounds_with_timeout: int | None = None
+    timer_waits: int | None = None  # per round the timer waits of the sender that waited most, summed
     delivered_bytes_pcap: int | None = None  # unique payload bytes into the client (its capture)
     queue_drops: int | None = None  # every switch qdisc's drops over the point
     client_port_drops: int | None = None
@@ -558,8 +559,9 @@ class IncastRow:
     duration_s: float | None = None
     ideal_s: float | None = None  # the bytes at the link's payload rate
     lost_s: float | None = None  # duration_s - ideal_s
-    explained_s: float | None = None  # timeout waves x the minimum RTO (x2 per backoff)
-    explained_frac: float | None = None  # explained_s / lost_s
+    explained_s: float | None = None  # timer_waits x the minimum RTO
+    explained_frac: float | None = None  # min(explained_s, lost_s) / lost_s
+    idle_frac: float | None = None  # timeout_idle_s / lost_s: measured, not modelled
     fidelity: dict[str, Any] = field(default_factory=dict)  # checks, verdict, reasons
 
     @property
