@@ -39,7 +39,7 @@ class Tracked:
     @property
     def label(self) -> str:
         """How errors name it."""
-        where = f"container {self.container}" if self.container else self.host
+        where = f"{self.host}, container {self.container}" if self.container else self.host
         if self.role == "ps":
             if self.container:
                 return f"parameter server{f' shard {self.rank}' if self.rank else ''} ({where})"

@@ -226,7 +226,8 @@ def findings(result: IncastResult) -> list[str]:
             f"{base}: {one.goodput_frac:.0%} of the link with {one.senders} sender, {top.goodput_frac:.0%} "
             f"with {top.senders} (lowest {worst.goodput_frac:.0%} at N={worst.senders}); at N={top.senders} "
             f"the senders' kernels counted {top.timeouts_kernel} timeouts and {top.loss_probes_kernel} loss "
-            f"probes in {top.rounds} rounds, {top.timer_waits} timer waits on the slowest block of each round, and the client's "
+            f"probes in {top.rounds} rounds, {top.timer_waits} timer waits on the slowest block of each "
+            f"round, and the client's "
             f"link sat idle {top.timeout_idle_s:.2f} s of the {top.duration_s:.2f} s while a sender waited "
             f"for its timer."
         )

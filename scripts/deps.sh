@@ -19,6 +19,8 @@ APT_PACKAGES=(mininet openvswitch-switch openvswitch-common tcpdump tshark iperf
 # The dashboard's browser tests use Debian's chromium; Ubuntu ships it only as a snap, so there the
 # browser tests skip (the dashboard itself needs no browser on the machine).
 [[ "$ID" == "debian" ]] && APT_PACKAGES+=(chromium chromium-driver)
+# the worker image's base is Debian bookworm (debootstrap): elsewhere its archive key must be installed
+[[ "$ID" != "debian" ]] && APT_PACKAGES+=(debian-archive-keyring)
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")

@@ -28,10 +28,8 @@ pytestmark = pytest.mark.integration
 DDP = "/opt/incastlab/workloads/examples/ddp_cnn.py"
 
 
-@pytest.fixture(scope="session")
-def worker_image() -> str:
-    """The worker image of this checkout, built (or found up to date) like `make image` does."""
-    require(have_network_tools())
+def build_image() -> str:
+    """`make image`: seconds when the image is there and its inputs did not change."""
     from topologies.containers import ensure_dockerd
     from topologies.image import WORKER_IMAGE, image_current
 
@@ -39,11 +37,18 @@ def worker_image() -> str:
     t0 = time.monotonic()
     proc = subprocess.run([sys.executable, "-m", "topologies.image"], cwd=ROOT, capture_output=True,
                           text=True, timeout=1800)
-    print(f"make image: {time.monotonic() - t0:.0f} s\n{proc.stderr}")
+    print(f"make image: {time.monotonic() - t0:.1f} s\n{proc.stderr}")
     assert proc.returncode == 0, proc.stderr[-2000:]
     ok, why = image_current()
     assert ok, why
     return WORKER_IMAGE
+
+
+@pytest.fixture
+def worker_image() -> str:
+    """The worker image of this checkout, as each test starts (the code may have changed since the last)."""
+    require(have_network_tools())
+    return build_image()
 
 
 def docker_out(*args: str) -> str:
@@ -219,7 +224,7 @@ def test_a_failing_job_names_the_container_and_its_exit_code_and_keeps_the_resul
                     "--steps", "5", "--fail-at", "2"], timeout=900)
     assert proc.returncode == 1, proc.stderr[-3000:]
     last = proc.stderr.strip().splitlines()[-1]
-    assert "worker 1 (container incastlab-h3-job) exited with code 3" in last, last
+    assert "worker 1 (h3, container incastlab-h3-job) exited with code 3" in last, last
     assert "failing on purpose" in last
     folder = run_folder(tmp_path)
     status = json.loads((folder / "job" / "status.json").read_text())
@@ -295,7 +300,7 @@ def test_a_killed_dockerd_ends_the_run_naming_it_and_leaves_a_clean_host(worker_
         ensure_dockerd()  # the machine's dockerd back, as make deps starts it
     assert code == 1, run.tail(40)
     last = run.text("stderr").strip().splitlines()[-1]
-    assert re.search(r"ring: worker \d \(container incastlab-h\d\) exited with code \d+: "
+    assert re.search(r"ring: worker \d \(h\d, container incastlab-h\d\) exited with code \d+: "
                      r"dockerd stopped answering", last), last
     folder = run_folder(tmp_path)
     assert json.loads((folder / "ring" / "status.json").read_text())["state"] == "failed"

@@ -69,6 +69,11 @@ def build(key: str, tmp: pytest.TempPathFactory,
     return BUILT[key]
 
 
+def real_param(key: str) -> Any:
+    """A real run's parameter: it builds a fabric (session fixture), so `make test-unit` leaves it out."""
+    return pytest.param(key, marks=pytest.mark.integration, id=_id(key))
+
+
 def _id(p: Any) -> str:
     return p if p in ("fixture", *SESSION_RUNS) else Path(p).parent.name
 
@@ -78,14 +83,17 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any
     return build("fixture", tmp_path_factory)
 
 
-@pytest.fixture(scope="module", params=["mitigate", *(str(p) for p in REAL_RUNS)], ids=_id)
+@pytest.fixture(scope="module", params=[real_param("mitigate"), *(real_param(str(p)) for p in REAL_RUNS)])
 def real(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
          ) -> tuple[Path, dict[str, Any]]:
     """A copy of a real run with PS variants (this checkout's, and any named by INCASTLAB_REPORT_RUNS)."""
     return build(request.param, tmp_path_factory, request)
 
 
-@pytest.fixture(scope="module", params=["fixture", *SESSION_RUNS, *(str(p) for p in REAL_RUNS)], ids=_id)
+REAL_KEYS = (*SESSION_RUNS, *map(str, REAL_RUNS))
+
+
+@pytest.fixture(scope="module", params=["fixture", *(real_param(k) for k in REAL_KEYS)], ids=_id)
 def any_run(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
             ) -> tuple[Path, dict[str, Any]]:
     """tests/data/run-small, this checkout's real runs, then every other real run named."""
