@@ -185,7 +185,8 @@ def test_a_crashed_worker_ends_the_run_with_its_name_and_keeps_the_results(clean
                    timeout=600)
     assert proc.returncode == 1
     err = proc.stderr.strip().splitlines()[-1]
-    assert ("worker 1 (h3)" in err or "worker 1 (h3, container incastlab-h3)" in err) and "at step" in err and "Traceback" not in proc.stderr
+    assert "worker 1 (h3)" in err or "worker 1 (h3, container incastlab-h3)" in err, err
+    assert "at step" in err and "Traceback" not in proc.stderr
     run = tmp_path / "latest"
     status = json.loads((run / "ps" / "status.json").read_text())
     assert status["state"] == "failed" and "worker 1" in status["error"]

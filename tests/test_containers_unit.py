@@ -149,8 +149,8 @@ def test_a_failed_job_container_is_named_with_its_exit_code(tmp_path):
     err.write_text("Traceback ...\nRuntimeError: out of patience\n")
     procs = [Tracked("worker", 0, "h2", Done(None), tmp_path / "x", container="incastlab-h2-job"),
              Tracked("worker", 1, "h3", Done(3), err, container="incastlab-h3-job")]
-    with pytest.raises(Exception, match=r"^job: worker 1 \(h3, container incastlab-h3-job\) exited with code 3: "
-                                        r"RuntimeError: out of patience$"):
+    with pytest.raises(Exception, match=r"^job: worker 1 \(h3, container incastlab-h3-job\) exited with "
+                                        r"code 3: RuntimeError: out of patience$"):
         Follower("job", procs, lambda: {}).check()
 
 

@@ -21,7 +21,8 @@ def _rank_tensor(rank: int, length: int) -> torch.Tensor:
     return torch.randn(length, generator=torch.Generator().manual_seed(100 + rank))
 
 
-def _ring_child(rank: int, world: int, port: int, length: int, out: mp.Queue) -> None:
+def _ring_child(rank: int, world: int, port: int, length: int, out: mp.Queue,
+                segment_bytes: int = 256 * 1024, window: int = 4) -> None:
     os.environ["GLOO_SOCKET_IFNAME"] = "lo"
     import torch.distributed as dist
 
@@ -31,27 +32,39 @@ def _ring_child(rank: int, world: int, port: int, length: int, out: mp.Queue) ->
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
                             timeout=timedelta(seconds=30))
     t = _rank_tensor(rank, length)
-    stats = ring_allreduce_(t, rank, world)
+    stats = ring_allreduce_(t, rank, world, segment_bytes=segment_bytes, window=window)
+    whole = _rank_tensor(rank, length)  # the same sum unpipelined: one segment a chunk
+    ring_allreduce_(whole, rank, world, segment_bytes=1 << 40)
     dist.barrier()
     dist.destroy_process_group()
-    out.put((rank, t.numpy().tobytes(), stats.bytes_sent, stats.bytes_recv))
+    out.put((rank, t.numpy().tobytes(), stats.bytes_sent, stats.bytes_recv,
+             bool(torch.equal(t, whole)), stats.segments))
 
 
-@pytest.mark.parametrize(("world", "length"), [(2, 1001), (3, 1001), (4, 1001), (4, 3)])
-def test_ring_allreduce_sums_exactly_like_local_sum(world: int, length: int) -> None:
+@pytest.mark.parametrize(("world", "length", "segment_bytes", "window"), [
+    (2, 1001, 256 * 1024, 4), (3, 1001, 256 * 1024, 4), (4, 1001, 256 * 1024, 4), (4, 3, 256 * 1024, 4),
+    (3, 1001, 64, 1),  # 6 segments a chunk, one receive ahead: the pipeline's bookkeeping at its tightest
+    (4, 40_003, 4096, 4),  # 10 segments a chunk of unequal chunks
+])
+def test_ring_allreduce_sums_exactly_like_local_sum(world: int, length: int, segment_bytes: int,
+                                                    window: int) -> None:
     assert length % world  # the point: chunks of unequal size (and an empty one for length 3)
     print(f"tensor seeds: {[100 + r for r in range(world)]} (rank r: torch seed 100 + r)")
     ctx = mp.get_context("spawn")
     out: mp.Queue = ctx.Queue()
     port = _free_port()
-    procs = [ctx.Process(target=_ring_child, args=(r, world, port, length, out)) for r in range(world)]
+    procs = [ctx.Process(target=_ring_child, args=(r, world, port, length, out, segment_bytes, window))
+             for r in range(world)]
     for p in procs:
         p.start()
     results = {}
     try:
         for _ in range(world):
-            rank, raw, sent, recv = out.get(timeout=120)
+            rank, raw, sent, recv, same_as_unpipelined, segments = out.get(timeout=120)
             results[rank] = (torch.frombuffer(bytearray(raw), dtype=torch.float32), sent, recv)
+            assert same_as_unpipelined, f"rank {rank}: the pipelined sum differs from the unpipelined one"
+            chunk_bytes = -(-length // world) * 4
+            assert segments == max(1, -(-chunk_bytes // segment_bytes))
     finally:
         for p in procs:
             p.join(timeout=30)

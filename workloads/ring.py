@@ -3,69 +3,137 @@
 Reduce-scatter then all-gather over N chunks; each rank only ever sends to rank+1 and receives from
 rank-1, so on the fabric the traffic is N neighbour flows of 2(N-1)/N gradients each, which is what
 the experiments compare against the parameter server's incast.
+
+Pipelined, as NCCL and gloo are: every chunk is cut into segments, and segment j of step i leaves
+as soon as segment j of step i-1 has arrived (and been added), while the next segments are still
+on the wire. Receives are posted a window ahead, so gloo's rendezvous (a send waits for the peer's
+"receive ready") never costs a round trip on the critical path. Without this, every one of the
+2(N-1) steps ended with the link idle: the last segment's latency, the wake-up of the process, the
+next send's start, and a tail loss that only a timer could repair (measured by `make bench`; see
+README "Measured on this machine").
 """
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.distributed as dist
 
+SEGMENT_BYTES = 256 * 1024  # the largest segment: small enough to pipeline, large enough to amortise a call
+WINDOW = 4  # receives posted ahead of the one being waited for (per chunk: segments + this)
+
 
 @dataclass
 class RingStats:
-    """What one all-reduce moved; `first_wait_s` is how long the first chunk from the left took."""
+    """What one all-reduce moved; `first_wait_s` is how long the first segment from the left took."""
 
     bytes_sent: int = 0
     bytes_recv: int = 0
     first_wait_s: float = 0.0
+    segments: int = 0  # segments per chunk
 
 
-def _exchange(
-    send: torch.Tensor, recv: torch.Tensor, right: int, left: int, stats: RingStats, first: bool
-) -> None:
-    """Send one chunk right while receiving one from the left; empty chunks are skipped on both ends."""
-    t0 = time.perf_counter()
-    works = []
-    if send.numel():
-        works.append(dist.isend(send, dst=right))
-        stats.bytes_sent += send.numel() * send.element_size()
-    if recv.numel():
-        rwork = dist.irecv(recv, src=left)
-        assert rwork is not None
-        rwork.wait()
-        stats.bytes_recv += recv.numel() * recv.element_size()
-        if first:
-            stats.first_wait_s = time.perf_counter() - t0
-    for w in works:
-        assert w is not None
-        w.wait()
+def segments_per_chunk(chunk_bytes: int, segment_bytes: int = SEGMENT_BYTES) -> int:
+    """How many segments a chunk of `chunk_bytes` is cut into (1 for a chunk up to one segment)."""
+    if segment_bytes <= 0:
+        raise ValueError("segment_bytes must be > 0")
+    return max(1, math.ceil(chunk_bytes / segment_bytes))
 
 
-def ring_allreduce_(tensor: torch.Tensor, rank: int, world: int) -> RingStats:
-    """Sum `tensor` (1-D, contiguous) across all ranks in place; the same result on every rank."""
+def schedule(rank: int, world: int) -> list[tuple[int, int, bool]]:
+    """The 2(N-1) steps of rank `rank`: (chunk sent, chunk received, received chunk is added).
+
+    Reduce-scatter step i sends chunk (r - i) and adds the incoming chunk (r - i - 1); after N-1
+    steps rank r holds the full sum of chunk (r + 1). All-gather step i sends chunk (r + 1 - i) and
+    stores the incoming finished chunk (r - i). What a step sends is what the step before received.
+    """
+    steps = [((rank - i) % world, (rank - i - 1) % world, True) for i in range(world - 1)]
+    steps += [((rank + 1 - i) % world, (rank - i) % world, False) for i in range(world - 1)]
+    return steps
+
+
+def ring_allreduce_(tensor: torch.Tensor, rank: int, world: int, segment_bytes: int = SEGMENT_BYTES,
+                    window: int = WINDOW) -> RingStats:
+    """Sum `tensor` (1-D, contiguous) across all ranks in place; the same result on every rank.
+
+    Every element is summed in the same order as by the unpipelined ring (along the ring, starting
+    at the chunk's owner), so the result does not depend on `segment_bytes` or `window`.
+    """
     stats = RingStats()
     if world == 1:
         return stats
     if tensor.dim() != 1 or not tensor.is_contiguous():
         raise ValueError("ring_allreduce_ needs a contiguous 1-D tensor")
+    if window < 1:
+        raise ValueError("window must be >= 1")
     chunks = torch.tensor_split(tensor, world)
+    size = tensor.element_size()
+    m = segments_per_chunk(max(c.numel() for c in chunks) * size, segment_bytes)
+    segs = [torch.tensor_split(c, m) for c in chunks]  # the same cut on every rank
     right, left = (rank + 1) % world, (rank - 1) % world
-    buf = torch.empty(max(c.numel() for c in chunks), dtype=tensor.dtype)
-    # Reduce-scatter: after N-1 rounds rank r holds the full sum of chunk (r+1) % N.
-    for i in range(world - 1):
-        send_c = chunks[(rank - i) % world]
-        recv_c = chunks[(rank - i - 1) % world]
-        incoming = buf[: recv_c.numel()]
-        _exchange(send_c, incoming, right, left, stats, first=i == 0)
-        recv_c.add_(incoming)
-    # All-gather: pass the finished chunks around the ring.
-    for i in range(world - 1):
-        send_c = chunks[(rank + 1 - i) % world]
-        recv_c = chunks[(rank - i) % world]
-        incoming = buf[: recv_c.numel()]
-        _exchange(send_c, incoming, right, left, stats, first=False)
-        recv_c.copy_(incoming)
+    steps = schedule(rank, world)
+    total = len(steps) * m  # transfers, in the order both ends post them: step-major, then segment
+    depth = min(total, m + window)  # receives in flight at most
+    seg_len = max(s.numel() for c in segs for s in c)
+    scratch = [torch.empty(seg_len, dtype=tensor.dtype) for _ in range(depth)]
+    recvs: dict[int, tuple[Any, torch.Tensor]] = {}
+    sends: list[Any] = []
+    t0 = time.perf_counter()
+
+    def done_with(i: int) -> None:
+        """Wait for send i once (a gloo send's wait() must not be called twice: it would block)."""
+        w, sends[i] = sends[i], None
+        if w is not None:
+            w.wait()
+
+    def post(k: int) -> None:
+        """Post receive k: into the chunk itself (all-gather) or a scratch buffer (reduce-scatter)."""
+        step, j = divmod(k, m)
+        _, recv_c, add = steps[step]
+        dest = segs[recv_c][j]
+        into = scratch[k % depth][: dest.numel()] if add else dest
+        if not add and k - (world - 1) * m < len(sends):
+            # all-gather overwrites a segment reduce-scatter sent (transfer k - (N-1) m). Causality
+            # already orders the two (the finished chunk includes what we sent), but be explicit.
+            done_with(k - (world - 1) * m)
+        recvs[k] = (dist.irecv(into, src=left) if into.numel() else None, into)
+
+    def land(k: int) -> None:
+        """Wait for receive k and add it into its chunk (reduce-scatter)."""
+        work, into = recvs.pop(k)
+        step, j = divmod(k, m)
+        _, recv_c, add = steps[step]
+        if work is None:
+            return
+        work.wait()
+        stats.bytes_recv += into.numel() * size
+        if stats.first_wait_s == 0.0:
+            stats.first_wait_s = time.perf_counter() - t0
+        if add:
+            segs[recv_c][j].add_(into)
+
+    posted = landed = 0
+    for k in range(total):
+        while landed <= k - m:  # what transfer k sends arrived in transfer k - m
+            land(landed)
+            landed += 1
+        while posted < min(total, landed + depth):  # a scratch buffer is reused once its data landed
+            post(posted)
+            posted += 1
+        src = segs[steps[k // m][0]][k % m]
+        if src.numel():
+            sends.append(dist.isend(src, dst=right))
+            stats.bytes_sent += src.numel() * size
+        else:
+            sends.append(None)
+    while landed < total:
+        land(landed)
+        landed += 1
+    for i in range(len(sends)):
+        done_with(i)
+    stats.segments = m
     return stats

@@ -1,0 +1,365 @@
+"""The arithmetic of `make bench`'s collective sweep, without a network: rows, the α–β fit, the table.
+
+Times: for every iteration, the moment the last rank finished it (all ranks share the machine's
+clock); an iteration's time is that moment minus the previous one (the first: minus the latest
+rank's start after the barrier). `time_s` is their mean, `min_time_s` the smallest.
+
+Bandwidths as nccl-tests computes them: algbw = S / t, busbw = algbw * 2 (N - 1) / N (the factor
+that makes an optimal all-reduce's busbw equal to the link rate), S the payload bytes of one
+worker's tensor; the PS rows get the same factor, so every row is "the all-reduce bandwidth it
+delivered". busbw_over_link divides by the configured host link rate; a TCP payload over full
+1514-byte frames reaches at most 1448/1514 = 0.956 of it.
+
+The α–β model: t = α * steps + β * link_bytes, where steps are the algorithm's sequential
+exchanges and link_bytes the wire bytes its busiest link carries in the textbook model:
+ring (our ring and gloo's all_reduce): 2 (N - 1) steps of S / N, link_bytes 2 (N - 1) S / N;
+PS (K shards on hosts of their own): 2 steps (push, pull), link_bytes 2 N S / K (push-then-pull);
+PS with K shards colocated on the workers: link_bytes 2 (N - 1) S / K. β * B = 1 means the link
+ran at its configured rate; a PS whose pushes overlap other workers' pulls (full duplex) shows
+β * B below 1, down to (N + 1) / (2 N).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from analysis.bounds import WIRE_PER_PAYLOAD
+
+MIB = 2**20
+
+
+@dataclass(frozen=True)
+class Algo:
+    """How one collective moves a tensor of S bytes among N workers (for the α–β model)."""
+
+    kind: str  # ring | gloo | ps
+    shards: int = 1
+    colocated: bool = False
+
+    def steps(self, n: int) -> int:
+        """Sequential exchanges of one operation."""
+        return 2 * (n - 1) if self.kind in ("ring", "gloo") else 2
+
+    def link_bytes(self, n: int, size: float) -> float:
+        """Wire bytes the busiest link carries in one operation (textbook model)."""
+        wire = size * WIRE_PER_PAYLOAD
+        if self.kind in ("ring", "gloo"):
+            return 2 * (n - 1) * wire / n
+        if self.colocated:
+            return 2 * (n - 1) * wire / self.shards
+        return 2 * n * wire / self.shards
+
+
+def algo_of(name: str) -> Algo:
+    """`ring`, `gloo`, `ps`, `ps:shards=4`, `ps:shards=7:placement=colocated`."""
+    kind, *opts = name.split(":")
+    kw = dict(o.split("=", 1) for o in opts)
+    if kind in ("ring", "gloo"):
+        return Algo(kind)
+    return Algo("ps", int(kw.get("shards", 1)), kw.get("placement") == "colocated")
+
+
+def measure(records: list[dict[str, Any]]) -> dict[str, float]:
+    """time_s (mean), min_time_s, iters from every rank's record of one (collective, size)."""
+    if not records:
+        raise ValueError("no records")
+    n_iters = min(len(r["t_end"]) for r in records)
+    if n_iters < 1:
+        raise ValueError("no timed iterations")
+    start = max(r["t_start"] for r in records)
+    ends = [max(r["t_end"][k] for r in records) for k in range(n_iters)]
+    diffs = [ends[0] - start] + [ends[k] - ends[k - 1] for k in range(1, n_iters)]
+    return {"time_s": (ends[-1] - start) / n_iters, "min_time_s": min(diffs), "iters": n_iters}
+
+
+def bandwidths(size: float, n: int, t: float, link_mbit: float) -> dict[str, float]:
+    """algbw, busbw (Mbit/s of payload) and busbw / link for one operation of `size` bytes in `t` s."""
+    algbw = size / t * 8 / 1e6
+    busbw = algbw * 2 * (n - 1) / n
+    return {"algbw_mbit": algbw, "busbw_mbit": busbw, "busbw_over_link": busbw / link_mbit}
+
+
+def ring_bound_s(n: int, size: float, link_mbit: float) -> float:
+    """2 (N - 1) S / (N B), wire bytes: the bound of any all-reduce (and of our ring)."""
+    return Algo("ring").link_bytes(n, size) * 8 / (link_mbit * 1e6)
+
+
+def push_then_pull_s(algo: Algo, n: int, size: float, link_mbit: float) -> float:
+    """A PS step with no overlap of pushes and pulls (the textbook PS): link_bytes / B."""
+    return algo.link_bytes(n, size) * 8 / (link_mbit * 1e6)
+
+
+def fit(points: list[tuple[float, float, float]]) -> dict[str, float]:
+    """Least squares t = α x + β y over (x = steps, y = link bytes, t = seconds), relative errors
+    (weights 1 / t²) so the small sizes pin α and the large ones β; α and β kept >= 0."""
+    pts = [(x, y, t) for x, y, t in points if t > 0]
+    if len(pts) < 2:
+        raise ValueError("the α–β fit needs at least two sizes")
+    w = [1 / t**2 for _, _, t in pts]
+    sxx = sum(wi * x * x for wi, (x, _, _) in zip(w, pts, strict=True))
+    syy = sum(wi * y * y for wi, (_, y, _) in zip(w, pts, strict=True))
+    sxy = sum(wi * x * y for wi, (x, y, _) in zip(w, pts, strict=True))
+    sxt = sum(wi * x * t for wi, (x, _, t) in zip(w, pts, strict=True))
+    syt = sum(wi * y * t for wi, (_, y, t) in zip(w, pts, strict=True))
+    det = sxx * syy - sxy * sxy
+    alpha = (sxt * syy - syt * sxy) / det if det else -1.0
+    beta = (syt * sxx - sxt * sxy) / det if det else -1.0
+    if alpha < 0 or beta < 0:  # the better of the two one-parameter fits
+        only_beta = (0.0, syt / syy)
+        only_alpha = (sxt / sxx, 0.0)
+
+        def err(ab: tuple[float, float]) -> float:
+            return sum(wi * (t - ab[0] * x - ab[1] * y) ** 2 for wi, (x, y, t) in zip(w, pts, strict=True))
+
+        alpha, beta = min((only_beta, only_alpha), key=err)
+    resid = [abs(alpha * x + beta * y - t) / t for x, y, t in pts]
+    return {"alpha_s": alpha, "beta_s_per_byte": beta, "max_rel_residual": max(resid)}
+
+
+def collective_fit(rows: list[dict[str, Any]], name: str, n: int, link_mbit: float) -> dict[str, Any]:
+    """The α–β fit of one collective's rows, with α per exchange and β against 1 / B."""
+    algo = algo_of(name)
+    mine = [r for r in rows if r["collective"] == name]
+    f = fit([(algo.steps(n), algo.link_bytes(n, r["size_bytes"]), r["time_s"]) for r in mine])
+    rate = link_mbit * 1e6 / 8
+    return {
+        "collective": name,
+        "steps": algo.steps(n),
+        "sizes": len(mine),
+        "alpha_s": round(f["alpha_s"], 6),
+        "beta_s_per_byte": f["beta_s_per_byte"],
+        "beta_over_link": round(f["beta_s_per_byte"] * rate, 4),
+        "link_efficiency": round(1 / (f["beta_s_per_byte"] * rate), 4) if f["beta_s_per_byte"] else None,
+        "max_rel_residual": round(f["max_rel_residual"], 4),
+    }
+
+
+def predict_s(fit_row: dict[str, Any], n: int, size: float) -> float:
+    """The α–β model's time for one operation of `size` bytes."""
+    algo = algo_of(fit_row["collective"])
+    return fit_row["alpha_s"] * algo.steps(n) + fit_row["beta_s_per_byte"] * algo.link_bytes(n, size)
+
+
+def build_rows(
+    measured: dict[tuple[str, int], dict[str, float]], n: int, link_mbit: float, ps_bound: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """One row per (collective, size): times, bandwidths; PS rows also their bound and ratios.
+
+    `ps_bound`: collective name -> function(size) -> bound_s (analysis.bounds for that variant).
+    Ratios are filled in by `add_ratios` once the fits exist.
+    """
+    rows = []
+    for (name, size), m in sorted(measured.items(), key=lambda kv: (kv[0][1], order(kv[0][0]))):
+        row: dict[str, Any] = {
+            "collective": name,
+            "size_bytes": size,
+            "iters": m["iters"],
+            "time_s": round(m["time_s"], 5),
+            "min_time_s": round(m["min_time_s"], 5),
+        }
+        row.update({k: round(v, 4) for k, v in bandwidths(size, n, m["time_s"], link_mbit).items()})
+        if algo_of(name).kind == "ps":
+            row["bound_s"] = round(ps_bound[name](size), 5)
+            row["ps_over_bound"] = round(m["time_s"] / ps_bound[name](size), 4)
+        rows.append(row)
+    return rows
+
+
+def order(name: str) -> int:
+    """Table order: ring, gloo, then the PS variants."""
+    return {"ring": 0, "gloo": 1}.get(name, 2 if name == "ps" else 3)
+
+
+def add_ratios(rows: list[dict[str, Any]], fits: dict[str, dict[str, Any]], n: int, link_mbit: float) -> None:
+    """PS rows: ps/ring measured, in theory (push-then-pull over the ring's bound), at their full-
+    duplex bounds, and as the α–β model predicts; ratio_error = |measured - theory| / theory.
+    Every row: ring/gloo time ratio at its size (`over_gloo` for ring rows)."""
+    ring = {r["size_bytes"]: r for r in rows if r["collective"] == "ring"}
+    gloo = {r["size_bytes"]: r for r in rows if r["collective"] == "gloo"}
+    for r in rows:
+        size = r["size_bytes"]
+        if r["collective"] == "ring" and size in gloo:
+            r["ring_over_gloo"] = round(r["time_s"] / gloo[size]["time_s"], 4)
+        algo = algo_of(r["collective"])
+        if algo.kind != "ps" or size not in ring:
+            continue
+        measured = r["time_s"] / ring[size]["time_s"]
+        theory = push_then_pull_s(algo, n, size, link_mbit) / ring_bound_s(n, size, link_mbit)
+        r["ps_over_ring"] = round(measured, 4)
+        r["ps_over_ring_theory"] = round(theory, 4)
+        r["ps_over_ring_bound"] = round(r["bound_s"] / ring_bound_s(n, size, link_mbit), 4)
+        if r["collective"] in fits and "ring" in fits:
+            r["ps_over_ring_model"] = round(
+                predict_s(fits[r["collective"]], n, size) / predict_s(fits["ring"], n, size), 4
+            )
+        r["ratio_error"] = round(abs(measured - theory) / theory, 4)
+
+
+def iterations(est_s: float, target_s: float = 8.0, lo: int = 3, hi: int = 20) -> int:
+    """Timed iterations for one measurement expected to take `est_s` each: about `target_s` in all."""
+    if est_s <= 0:
+        return hi
+    return max(lo, min(hi, math.ceil(target_s / est_s)))
+
+
+def size_label(size: float) -> str:
+    """65572 -> '64 KiB', 33554472 -> '32 MiB': the nominal power of two (exact bytes are in the JSON)."""
+    nominal = 2 ** round(math.log2(size)) if size > 0 else 0
+    return f"{nominal // MIB} MiB" if nominal >= MIB else f"{nominal // 1024} KiB"
+
+
+def table(rows: list[dict[str, Any]], n: int) -> str:
+    """The nccl-tests style table: one line per collective and size."""
+    head = (
+        f"{'size':>9}{'count':>10} {'collective':<32}{'time s':>9}{'min s':>9}{'algbw':>8}{'busbw':>8}"
+        f"{'bus/link':>9}{'bound s':>9}{'ps/ring':>8}{'theory':>8}{'model':>7}"
+    )
+    units = f"{'':>9}{'floats':>10} {'':<32}{'':>9}{'':>9}{'Mb/s':>8}{'Mb/s':>8}"
+    lines = [f"# N = {n} workers", head, units, "-" * len(head)]
+    for r in rows:
+        line = (
+            f"{size_label(r['size_bytes']):>9}{r['size_bytes'] // 4:>10} {r['collective']:<32}"
+            f"{r['time_s']:>9.3f}{r['min_time_s']:>9.3f}{r['algbw_mbit']:>8.2f}{r['busbw_mbit']:>8.2f}"
+            f"{r['busbw_over_link']:>9.0%}"
+        )
+        if "bound_s" in r:
+            line += f"{r['bound_s']:>9.3f}"
+            if "ps_over_ring" in r:
+                line += (
+                    f"{r['ps_over_ring']:>8.2f}{r['ps_over_ring_theory']:>8.2f}"
+                    f"{r.get('ps_over_ring_model', float('nan')):>7.2f}"
+                )
+        lines.append(line)
+    return "\n".join(lines)
+
+
+def fit_table(fits: list[dict[str, Any]]) -> str:
+    """One line per collective: α per exchange, β against 1/B, the worst residual."""
+    lines = [f"{'collective':<32}{'steps':>6}{'alpha ms':>10}{'beta*B':>8}{'link eff':>9}{'max resid':>10}"]
+    for f in fits:
+        eff = f"{f['link_efficiency']:.0%}" if f["link_efficiency"] else "-"
+        lines.append(
+            f"{f['collective']:<32}{f['steps']:>6}{f['alpha_s'] * 1e3:>10.2f}"
+            f"{f['beta_over_link']:>8.3f}{eff:>9}{f['max_rel_residual']:>10.1%}"
+        )
+    return "\n".join(lines)
+
+
+def alpha_breakdown(
+    probes: dict[str, Any], ring_fit: dict[str, Any], n: int, counters: dict[str, int], cores: int = 2
+) -> dict[str, Any]:
+    """Where one ring exchange's fixed cost goes, from the probes (medians, one way).
+
+    The parts add up to the per-exchange time of a tiny ring all-reduce on the fabric: a message
+    through the host's TCP stack and Python, gloo's cost on top, the switch path, our ring's own
+    bookkeeping, N processes sharing the cores, and what is left when all of that runs together.
+    """
+    ow, gl, tiny = probes["tcp_one_way"], probes["gloo_one_way"], probes["tiny_allreduce"]
+    l0, l1, l3 = (ow[k]["median_s"] for k in ("0", "1", "3"))
+    g0 = gl["0"]["median_s"]
+    fab = tiny[f"fabric_{n}"]["ring_per_exchange_s"]
+    loop_n = tiny[f"loopback_{n}"]["ring_per_exchange_s"]
+    loop_2 = tiny["loopback_2"]["ring_per_exchange_s"]
+    parts = {
+        "tcp_stack_and_python": (l0, "a 64-byte message through one host's TCP stack and Python (loopback)"),
+        "gloo": (g0 - l0, "gloo's own cost per message on top (a send/recv pair over loopback)"),
+        "switch_path": (
+            l3 - l0,
+            f"leaf, spine, leaf: 3 userspace-switch hops, shapers and veths "
+            f"({(l3 - l1) / 2 * 1e3:.2f} ms a hop)",
+        ),
+        "ring_python": (
+            loop_2 - g0,
+            "our ring's bookkeeping per exchange (2 ranks on loopback, less a gloo message)",
+        ),
+        "cpu_sharing": (loop_n - loop_2, f"{n} ranks instead of 2 on {cores} cores (loopback)"),
+        "together": (
+            fab - loop_n - (l3 - l0),
+            "the rest on the fabric: each step waits for the slowest of "
+            f"{n} neighbours, and the switch shares the CPU",
+        ),
+    }
+    chunk = probes["chunk"]
+    b2b, idle = chunk["back_to_back"]["median_s"], chunk["after_idle"]["median_s"]
+    out_segs = counters.get("TcpOutSegs", 0)
+    tcp = {
+        "nagle": {"value": "off", "what": "gloo sets TCP_NODELAY on every pair (gloo/transport/tcp/pair.cc)"},
+        "slow_start_after_idle_s": {
+            "value": round(idle - b2b, 6),
+            "what": f"a {chunk['bytes']} B chunk after 1 s idle minus back to back "
+            "(a ring's steps are never idle that long)",
+        },
+        "chunk_over_wire": {
+            "value": round(b2b / chunk["wire_s"], 3),
+            "what": "that chunk back to back over its wire time at the link rate",
+        },
+        "delayed_acks": {
+            "value": counters.get("TcpExtDelayedACKs", 0),
+            "what": "delayed ACKs the hosts sent in the sweep (with Nagle off they cost only "
+            "a sender waiting for one)",
+        },
+        "retransmitted_share": {
+            "value": round(counters.get("TcpRetransSegs", 0) / out_segs, 5) if out_segs else 0,
+            "what": "segments retransmitted / segments sent in the sweep",
+        },
+        "timeouts": {
+            "value": counters.get("TcpExtTCPTimeouts", 0),
+            "what": "retransmission timeouts in the sweep (each >= 200 ms idle)",
+        },
+        "loss_probes": {
+            "value": counters.get("TcpExtTCPLossProbes", 0),
+            "what": "tail-loss probes in the sweep",
+        },
+        "switch_queue_drops": {
+            "value": counters.get("switch_queue_drops", 0),
+            "what": "packets the switch ports' queues dropped in the sweep",
+        },
+    }
+    return {
+        "fit_alpha_s": ring_fit["alpha_s"],
+        "tiny_exchange_s": fab,
+        "parts": {k: {"s": round(v, 6), "what": w} for k, (v, w) in parts.items()},
+        "tcp": tcp,
+    }
+
+
+def largest_summary(rows: list[dict[str, Any]], n: int) -> dict[str, Any]:
+    """The figures the goals are judged by: the ring at its largest size, ring vs gloo at every size,
+    each PS variant's ps/ring at its largest size against theory."""
+    out: dict[str, Any] = {}
+    ring = [r for r in rows if r["collective"] == "ring"]
+    if ring:
+        big = max(ring, key=lambda r: r["size_bytes"])
+        over = [r for r in ring if "ring_over_gloo" in r]
+        out["ring"] = {
+            "size_bytes": big["size_bytes"],
+            "busbw_over_link": big["busbw_over_link"],
+            "goal_busbw_over_link": 0.9,
+            "goal_met": big["busbw_over_link"] >= 0.9,
+        }
+        if over:
+            out["ring_vs_gloo"] = {
+                "max_ring_over_gloo": max(r["ring_over_gloo"] for r in over),
+                "sizes_ring_slower": [r["size_bytes"] for r in over if r["ring_over_gloo"] > 1.0],
+            }
+    for name in sorted({r["collective"] for r in rows if "ps_over_ring" in r}):
+        big = max(
+            (r for r in rows if r["collective"] == name and "ps_over_ring" in r),
+            key=lambda r: r["size_bytes"],
+        )
+        out[name] = {
+            k: big[k]
+            for k in (
+                "size_bytes",
+                "ps_over_ring",
+                "ps_over_ring_theory",
+                "ps_over_ring_bound",
+                "ps_over_ring_model",
+                "ratio_error",
+            )
+            if k in big
+        }
+        out[name]["within_15pct_of_theory"] = big["ratio_error"] <= 0.15
+    return out

@@ -1,0 +1,216 @@
+"""One rank of `make bench`'s collective sweep, run inside its Mininet host.
+
+    python -m bench.sweep_worker --job <run>/sweep/job.json --rank R
+
+Joins a gloo group once, then for every size runs each collective (the project's ring, gloo's own
+all_reduce) back to back, nccl-tests style: a barrier, warm-up iterations, a barrier, the timed
+iterations. Then the parameter-server rounds: per PS variant and size, connect to the PS processes
+the bench started for that round (workloads.ps), push and pull `warmup + iters` times, say goodbye.
+Every (collective, size) becomes one JSON line in <out_dir>/rank-R.jsonl with the wall-clock end
+of every iteration, so the bench can take, per iteration, the moment the last rank was done.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from dataclasses import asdict, dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import torch
+
+COLLECTIVE_KINDS = ("ring", "gloo")
+
+
+@dataclass(frozen=True)
+class CollectivePlan:
+    """One collective of the sweep: `kind` ring (workloads.ring) or gloo (dist.all_reduce)."""
+
+    name: str
+    kind: str
+    segment_bytes: int | None = None  # ring only: None = workloads.ring's default
+    window: int | None = None
+
+
+@dataclass(frozen=True)
+class PsRound:
+    """One PS measurement: variant `name` at one size, served by `servers` (one per shard)."""
+
+    name: str
+    size_bytes: int
+    nparams: int
+    servers: tuple[tuple[str, int], ...]
+    warmup: int
+    iters: int
+
+
+@dataclass(frozen=True)
+class SweepJob:
+    """What every rank of the sweep is told (<run>/sweep/job.json)."""
+
+    world: int
+    master_addr: str
+    master_port: int
+    ifnames: tuple[str, ...]
+    sizes: tuple[int, ...]  # bytes, multiples of 4
+    warmup: tuple[int, ...]  # per size
+    iters: tuple[int, ...]  # per size
+    collectives: tuple[CollectivePlan, ...] = ()
+    ps_rounds: tuple[PsRound, ...] = ()
+    out_dir: str = "."
+    timeout: float = 300.0
+
+    def to_json(self) -> str:
+        """job.json."""
+        return json.dumps(asdict(self), indent=1)
+
+    @classmethod
+    def from_dict(cls, doc: dict[str, Any]) -> SweepJob:
+        """From job.json."""
+        doc = dict(doc)
+        doc["collectives"] = tuple(CollectivePlan(**c) for c in doc.get("collectives", ()))
+        doc["ps_rounds"] = tuple(
+            PsRound(**{**r, "servers": tuple(tuple(s) for s in r["servers"])})
+            for r in doc.get("ps_rounds", ())
+        )
+        for key in ("ifnames", "sizes", "warmup", "iters"):
+            doc[key] = tuple(doc.get(key, ()))
+        return cls(**doc)
+
+    @classmethod
+    def load(cls, path: Path) -> SweepJob:
+        """Read job.json."""
+        return cls.from_dict(json.loads(Path(path).read_text()))
+
+
+def _run_collective(plan: CollectivePlan, t: torch.Tensor, rank: int, world: int) -> None:
+    import torch.distributed as dist
+
+    from workloads.ring import ring_allreduce_
+
+    if plan.kind == "ring":
+        kw: dict[str, int] = {}
+        if plan.segment_bytes is not None:
+            kw["segment_bytes"] = plan.segment_bytes
+        if plan.window is not None:
+            kw["window"] = plan.window
+        ring_allreduce_(t, rank, world, **kw)
+    else:
+        dist.all_reduce(t, op=dist.ReduceOp.SUM)
+
+
+def sweep_collectives(job: SweepJob, rank: int, out: Any) -> None:
+    """Every size, every collective: warm-up, then the timed iterations, one JSON line each."""
+    import torch.distributed as dist
+
+    for size, warm, iters in zip(job.sizes, job.warmup, job.iters, strict=True):
+        t = torch.zeros(size // 4)  # zeros stay zeros: no overflow however many iterations
+        for plan in job.collectives:
+            dist.barrier()
+            for _ in range(warm):
+                _run_collective(plan, t, rank, job.world)
+            dist.barrier()
+            t_start = time.time()
+            ends = []
+            for _ in range(iters):
+                _run_collective(plan, t, rank, job.world)
+                ends.append(time.time())
+            out.write(
+                json.dumps(
+                    {
+                        "collective": plan.name,
+                        "kind": plan.kind,
+                        "size_bytes": size,
+                        "rank": rank,
+                        "t_start": t_start,
+                        "t_end": ends,
+                    }
+                )
+                + "\n"
+            )
+            out.flush()
+
+
+def ps_round(job: SweepJob, r: PsRound, rank: int, out: Any) -> None:
+    """One PS round: connect (the PS may still be starting), warm-up and timed steps, goodbye."""
+    from workloads.model import shard_bounds
+    from workloads.psclient import PSClientExchange, ShardedPSExchange
+
+    ex: PSClientExchange | ShardedPSExchange
+    if len(r.servers) == 1:
+        ex = PSClientExchange(rank, r.nparams, r.servers[0][0], r.servers[0][1], job.timeout)
+    else:
+        ex = ShardedPSExchange(rank, shard_bounds(r.nparams, len(r.servers)), list(r.servers), job.timeout)
+    ex.start()
+    weights = torch.zeros(r.nparams)
+    grad = torch.zeros(r.nparams)
+    t_start = time.time()  # the PS released every worker at once (WELCOME)
+    ends = []
+    for step in range(r.warmup + r.iters):
+        ex.step(step, weights, grad)
+        ends.append(time.time())
+    ex.close()
+    if r.warmup:
+        t_start, ends = ends[r.warmup - 1], ends[r.warmup :]
+    out.write(
+        json.dumps(
+            {
+                "collective": r.name,
+                "kind": "ps",
+                "size_bytes": r.size_bytes,
+                "rank": rank,
+                "t_start": t_start,
+                "t_end": ends,
+            }
+        )
+        + "\n"
+    )
+    out.flush()
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.sweep_worker", description=__doc__.splitlines()[0])
+    p.add_argument("--job", required=True, type=Path)
+    p.add_argument("--rank", required=True, type=int)
+    args = p.parse_args(argv)
+    job = SweepJob.load(args.job)
+    rank = args.rank
+    os.environ["GLOO_SOCKET_IFNAME"] = job.ifnames[rank]
+    torch.set_num_threads(1)
+    out_path = Path(job.out_dir) / f"rank-{rank}.jsonl"
+    try:
+        with out_path.open("w") as out:
+            if job.collectives:
+                import torch.distributed as dist
+
+                dist.init_process_group(
+                    "gloo",
+                    init_method=f"tcp://{job.master_addr}:{job.master_port}",
+                    rank=rank,
+                    world_size=job.world,
+                    timeout=timedelta(seconds=job.timeout),
+                )
+                sweep_collectives(job, rank, out)
+                dist.barrier()
+            for r in job.ps_rounds:
+                ps_round(job, r, rank, out)
+    except Exception as exc:  # noqa: BLE001 - one line for the bench, whatever broke
+        print(
+            f"sweep rank {rank}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
+            file=sys.stderr,
+            flush=True,
+        )
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)  # a gloo group's teardown may block; everything is flushed
