@@ -56,7 +56,16 @@ class Tracked:
         last = lines[-1].strip() if lines else "no message"
         if self.container and ("docker.sock" in last or "Docker daemon" in last):  # the client lost dockerd
             return f"dockerd stopped answering ({last.rsplit(': ', 1)[-1]})"
+        if self.container and not self.dockerd_answers():
+            # the process died with its daemon: what it printed last (a torch warning...) is not the cause
+            return f"dockerd stopped answering (the process's last line: {last})"
         return last
+
+    def dockerd_answers(self) -> bool:
+        """Asked only when a container's process failed: was its daemon still there?"""
+        from topologies.image import daemon_answers
+
+        return daemon_answers(timeout=3)
 
 
 @dataclass(frozen=True)

@@ -71,7 +71,8 @@ class StrategyRun:
                 self.say(f"{self.strategy}: {loss.proc.label} {loss.why} at step {loss.step}; "
                          f"training goes on with {self.cfg.n_workers - len(self.follower.lost)} workers")
             if self.spec.kind == JOB:
-                if shown is None:  # its steps are known only afterwards, from its traffic
+                if shown is None and self.launcher.running():  # type: ignore[union-attr]
+                    # its steps are known only afterwards, from its traffic
                     shown = (0, 0)
                     self.say(f"{self.strategy}: {self.cfg.n_workers} containers running `"
                              f"{' '.join(self.cfg.job_command)}`")

@@ -120,6 +120,13 @@ class JobLauncher:
             self.procs.append(Tracked("worker", rj.rank, rj.host, proc, err, container=name))
         return self.procs
 
+    def running(self) -> bool:
+        """True once docker lists every rank's container (`docker run` returns before it exists)."""
+        proc = subprocess.run([docker_bin() or "docker", "ps", "--format", "{{.Names}}"], capture_output=True,
+                              text=True, timeout=30, check=False)
+        listed = set(proc.stdout.split())
+        return all(p.name in listed for p in self.popens)
+
     def kill_worker(self, rank: int) -> bool:
         """SIGKILL one rank's container (the kill-worker fault)."""
         for p, proc in zip(self.procs, self.popens, strict=True):

@@ -143,7 +143,9 @@ class Section:
     key: str = ""
 
     def __post_init__(self) -> None:
+        """A block that had nothing to show (None: e.g. a strategy killed before its data) is left out."""
         self.key = self.key or slug(self.title)
+        self.blocks = [b for b in self.blocks if b is not None]
 
     def add(self, *blocks: Block | None) -> Section:
         """Append the blocks that are not None; returns the section."""

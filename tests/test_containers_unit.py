@@ -144,7 +144,8 @@ class Done:
         return self.code
 
 
-def test_a_failed_job_container_is_named_with_its_exit_code(tmp_path):
+def test_a_failed_job_container_is_named_with_its_exit_code(tmp_path, monkeypatch):
+    monkeypatch.setattr(Tracked, "dockerd_answers", lambda self: True)  # the job's own failure
     err = tmp_path / "worker-1.stderr"
     err.write_text("Traceback ...\nRuntimeError: out of patience\n")
     procs = [Tracked("worker", 0, "h2", Done(None), tmp_path / "x", container="incastlab-h2-job"),
@@ -160,6 +161,18 @@ def test_a_lost_dockerd_is_named_as_such(tmp_path):
                    "connection reset by peer\n")
     t = Tracked("worker", 0, "h2", Done(1), err, container="incastlab-h2")
     assert t.last_error() == "dockerd stopped answering (connection reset by peer)"
+
+
+def test_a_process_that_died_with_its_dockerd_is_blamed_on_the_daemon(tmp_path, monkeypatch):
+    err = tmp_path / "e"
+    err.write_text("[W1203 socket.cpp:207] [c10d] The hostname of the client socket cannot be retrieved\n")
+    t = Tracked("worker", 0, "h2", Done(255), err, container="incastlab-h2")
+    monkeypatch.setattr(Tracked, "dockerd_answers", lambda self: False)
+    assert t.last_error().startswith("dockerd stopped answering (the process's last line: [W1203")
+    monkeypatch.setattr(Tracked, "dockerd_answers", lambda self: True)
+    assert t.last_error().startswith("[W1203")
+    netns = Tracked("worker", 0, "h2", Done(255), err)  # no container: no daemon to ask
+    assert netns.last_error().startswith("[W1203")
 
 
 # -- steps read off traffic ----------------------------------------------------------------------------------

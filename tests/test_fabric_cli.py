@@ -44,7 +44,8 @@ def test_api_port_in_use_is_refused(clean_host):
         port = s.getsockname()[1]
         proc = run_cli(["fabric", "--no-calibrate", "--api-port", str(port)], timeout=60)
     assert proc.returncode == 2 and "already in use" in proc.stderr
-    assert len(proc.stderr.strip().splitlines()) == 1
+    errors = [ln for ln in proc.stderr.strip().splitlines() if not ln.startswith("[incastlab ")]  # progress
+    assert errors == [f"incastlab fabric: API port 127.0.0.1:{port} is already in use (try --api-port)"]
 
 
 def test_missing_open_vswitch_is_named(clean_host):

@@ -137,3 +137,11 @@ def test_a_dead_uplink_is_steered_around_by_every_leaf():
         for dst in plan.hosts:
             if src is not dst:
                 assert _deliver(plan, rerouted, src.name, dst.mac) == [dst.name]
+
+
+def test_leftovers_name_containers_in_the_order_a_reader_counts_them() -> None:
+    from topologies.hygiene import Leftovers
+
+    left = Leftovers(containers=["incastlab-h10", "incastlab-h2", "incastlab-h1"], veths=["a", "b"])
+    assert left.describe() == "2 veths, containers incastlab-h1 incastlab-h2 incastlab-h10"
+    assert not left.empty() and Leftovers().describe() == "nothing"

@@ -587,6 +587,13 @@ def test_document_model_renders_both_ways(tmp_path: Path) -> None:
         Callout("x", [], "loud")
 
 
+def test_a_block_with_nothing_to_show_is_left_out_of_its_section() -> None:
+    """A killed strategy has no data for some figures: their block functions return None."""
+    sec = Section("Part", [None, Paragraph("Text."), None])  # type: ignore[list-item]
+    assert [type(b).__name__ for b in sec.blocks] == ["Paragraph"]
+    assert "<p>Text.</p>" in render_html(Document("T", "incomplete", [], [], [sec]))
+
+
 def test_a_new_section_is_one_function(run_copy: Path) -> None:
     """What a later summary field needs: a function of the RunView (summary + folder) -> Section/Callout."""
     from report.sections import CALLOUTS, SECTIONS

@@ -16,6 +16,7 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from runmodel.fabric import Plan
 from topologies.containers import dangling_images, remove_containers, remove_images, run_containers
@@ -57,10 +58,15 @@ class Leftovers:
         if self.qos:
             parts.append(f"{len(self.qos)} OVS QoS rows")
         if self.containers:
-            parts.append(f"containers {' '.join(self.containers)}")
+            parts.append(f"containers {' '.join(sorted(self.containers, key=natural))}")
         if self.images:
             parts.append(f"{len(self.images)} dangling incastlab images")
         return ", ".join(parts) or "nothing"
+
+
+def natural(name: str) -> tuple[Any, ...]:
+    """Sort key that puts incastlab-h2 before incastlab-h10 (names as a reader counts them)."""
+    return tuple(int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name))
 
 
 def _out(argv: list[str], stdin: str | None = None, timeout: float = 20) -> str:
