@@ -32,6 +32,7 @@ from analysis.pcapfile import read_pcap, str_to_ip
 MIN_STEP_GAP_S = 0.005
 LONG_IDLE_S = 1.0  # a pause this long always ends a burst (start-up, a stall)
 SMALL_BURST_SHARE = 0.25
+STEP_RE = re.compile(r"\bstep\s+(\d+)\b", re.IGNORECASE)
 LOSS_RE = re.compile(r"\bloss\b[\s=:]+([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)", re.IGNORECASE)
 
 
@@ -157,18 +158,28 @@ def periodic_bursts(ts: np.ndarray, plen: np.ndarray, outgoing: np.ndarray, n_st
     return found
 
 
-def steps_of_job(captures: list[tuple[Path, str]]) -> list[list[RhythmStep]]:
+def steps_from_output(text: str) -> int | None:
+    """How many steps a script said it took: its lines `step K ...` when K counts up by one from 0 or 1
+    (one line a step, as the shipped DDP example prints); None when it prints no such count."""
+    ks = [int(m.group(1)) for line in text.splitlines() if (m := STEP_RE.search(line))]
+    if not ks or ks[0] not in (0, 1) or any(b != a + 1 for a, b in zip(ks, ks[1:], strict=False)):
+        return None
+    return len(ks)
+
+
+def steps_of_job(captures: list[tuple[Path, str]], n_steps: int | None = None) -> list[list[RhythmStep]]:
     """Every worker's steps of one synchronous job, from each worker's own capture (path, its IP).
 
     Every worker takes the same steps, so their number is the median of what each capture shows on
     its own (steps_from_pcap); each worker's steps are then the bursts between that many of its
     longest pauses, one per period (periodic_bursts), so a capture whose pauses are less clear than
-    the others' is read with what the others show."""
+    the others' is read with what the others show. `n_steps`, when the script said how many steps it
+    took (steps_from_output), is that number: the traffic then gives only each step's times."""
     packets = [data_packets(path, ip) for path, ip in captures]
     alone = [len(steps_from_bursts(find_bursts(*pk))) for pk in packets if pk is not None]
     if not alone:
         return [[] for _ in captures]
-    n = int(round(statistics.median(alone)))
+    n = n_steps or int(round(statistics.median(alone)))
     return [steps_from_bursts(periodic_bursts(*pk, n)) if pk is not None and n else [] for pk in packets]
 
 

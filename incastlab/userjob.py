@@ -158,15 +158,19 @@ class JobLauncher:
 
     def write_steps(self, plan: Any) -> dict[int, int]:
         """Each rank's steps read off its host's capture, as worker-<rank>.jsonl; returns steps per rank."""
-        from analysis.rhythm import loss_for, losses_from_output, steps_of_job
+        from analysis.rhythm import loss_for, losses_from_output, steps_from_output, steps_of_job
 
         found = {}
-        every = steps_of_job([(self.folder.pcap(rj.host), plan.host(rj.host).ip) for rj in self.job.ranks])
-        for rj, steps in zip(self.job.ranks, every, strict=True):
+        outs = []
+        for rj in self.job.ranks:
             try:
-                out = self.folder.worker_stderr(rj.rank).with_suffix(".stdout").read_text(errors="replace")
+                outs.append(self.folder.worker_stderr(rj.rank).with_suffix(".stdout").read_text(errors="replace"))
             except OSError:
-                out = ""
+                outs.append("")
+        said = [n for n in map(steps_from_output, outs) if n]  # a script that prints a line a step
+        every = steps_of_job([(self.folder.pcap(rj.host), plan.host(rj.host).ip) for rj in self.job.ranks],
+                             n_steps=max(said, key=said.count) if said else None)
+        for rj, steps, out in zip(self.job.ranks, every, outs, strict=True):
             losses = losses_from_output(out)
             with JsonlWriter(self.folder.worker_log(rj.rank)) as log:
                 for st in steps:

@@ -223,3 +223,27 @@ def test_losses_are_read_from_what_the_script_printed():
     losses = rhythm.losses_from_output(out)
     assert losses == [2.31, 2.25, 0.1]
     assert rhythm.loss_for(2, losses) == 2.25 and math.isnan(rhythm.loss_for(4, losses))
+
+
+def test_a_script_that_prints_a_line_a_step_says_how_many_steps_it_took():
+    from analysis.rhythm import steps_from_output
+
+    ddp = "world 7, 105866 parameters\n" + "".join(f"step {k} loss 2.3 time 1.1\n" for k in range(1, 7))
+    assert steps_from_output(ddp) == 6
+    assert steps_from_output("".join(f"Step {k}: loss=1\n" for k in range(0, 4))) == 4
+    assert steps_from_output("step 10 loss 1\nstep 20 loss 1\n") is None  # every 10th step: no count
+    assert steps_from_output("step 1\nstep 3\n") is None
+    assert steps_from_output("epoch 1 loss 2\n") is None
+
+
+def test_the_job_takes_the_scripts_step_count_and_the_traffic_gives_the_times(tmp_path):
+    """With the count known, a capture whose compute pauses blur into the exchange still gives that many."""
+    from analysis import rhythm
+
+    rng = np.random.default_rng(7)
+    print("numpy seed 7")
+    ts = synthetic(6, 0.03, rng)  # 30 ms of compute: about as long as the waits inside an exchange
+    plen = np.full(len(ts), 1448)
+    out = rng.random(len(ts)) < 0.5
+    got = rhythm.steps_from_bursts(rhythm.periodic_bursts(ts, plen, out, 6))
+    assert len(got) == 6
