@@ -165,7 +165,7 @@ class RunFolder:
                 latest.symlink_to(path.name)
             except OSError:
                 pass
-        return cls(path)
+        return cls(path.resolve())  # absolute: a container's processes run in another working directory
 
     config_file = property(lambda self: self.path / "config.json", doc="every parameter")
     plan_file = property(lambda self: self.path / "plan.json", doc="the wiring plan")

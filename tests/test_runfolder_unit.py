@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from runmodel.folder import RunFolder
 from runmodel.records import read_jsonl, write_json
@@ -28,3 +29,13 @@ def test_a_torn_last_line_is_skipped(tmp_path):
     log.write_text('{"step": 0}\n{"step": 1}\n{"st')
     assert read_jsonl(log) == [{"step": 0}, {"step": 1}]
     assert read_jsonl(tmp_path / "missing.jsonl") == []
+
+
+def test_a_run_folder_under_a_relative_root_is_absolute(tmp_path, monkeypatch):
+    """--results results/x: the paths handed to a container's processes (another cwd) must still hold."""
+    from runmodel.folder import RunFolder
+
+    monkeypatch.chdir(tmp_path)
+    folder = RunFolder.create(Path("results/soak"))
+    assert folder.path.is_absolute() and folder.path.parent == tmp_path / "results" / "soak"
+    assert (tmp_path / "results" / "soak" / "latest").resolve() == folder.path
