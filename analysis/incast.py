@@ -38,6 +38,7 @@ import numpy as np
 
 from analysis.errors import AnalysisError
 from analysis.fidelity import cpu_figures, run_verdict, unexplained_loss_share, verdict
+from analysis.spans import overlap_s
 from runmodel.fabric import Plan
 from runmodel.incast import (
     IncastConfig,
@@ -58,32 +59,6 @@ GOALS = {"one_sender": 0.90, "collapse": 0.30, "cure": 0.80, "explained": 0.75}
 
 
 # -- small helpers ------------------------------------------------------------------------------------
-def merge(spans: list[tuple[float, float]]) -> list[tuple[float, float]]:
-    """Overlapping [a, b] spans merged, in order."""
-    out: list[tuple[float, float]] = []
-    for a, b in sorted(spans):
-        if out and a <= out[-1][1]:
-            out[-1] = (out[-1][0], max(out[-1][1], b))
-        else:
-            out.append((a, b))
-    return out
-
-
-def overlap_s(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> float:
-    """Length of the intersection of two unions of spans."""
-    ma, mb = merge(a), merge(b)
-    i = j = 0
-    total = 0.0
-    while i < len(ma) and j < len(mb):
-        lo, hi = max(ma[i][0], mb[j][0]), min(ma[i][1], mb[j][1])
-        total += max(0.0, hi - lo)
-        if ma[i][1] < mb[j][1]:
-            i += 1
-        else:
-            j += 1
-    return total
-
-
 def idle_spans(times_s: np.ndarray, gap_s: float = IDLE_GAP_S) -> list[tuple[float, float]]:
     """Spans between consecutive arrivals longer than gap_s."""
     t = np.sort(times_s)

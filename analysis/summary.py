@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from analysis.spans import overlap_s
 from runmodel.config import ExperimentConfig, StrategySpec
 from runmodel.fabric import Plan
 from runmodel.folder import RunFolder, StrategyFolder
@@ -160,30 +161,6 @@ def idle_spans(ts_ns: np.ndarray, gap_s: float = IDLE_GAP_S) -> list[tuple[float
     return [(float(t[i]), float(t[i + 1])) for i in gaps]
 
 
-def overlap_seconds(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> float:
-    """Length of the intersection of two unions of intervals."""
-    def merged(spans: list[tuple[float, float]]) -> list[tuple[float, float]]:
-        out: list[tuple[float, float]] = []
-        for x, y in sorted(spans):
-            if out and x <= out[-1][1]:
-                out[-1] = (out[-1][0], max(out[-1][1], y))
-            else:
-                out.append((x, y))
-        return out
-
-    ma, mb = merged(a), merged(b)
-    i = j = 0
-    total = 0.0
-    while i < len(ma) and j < len(mb):
-        lo, hi = max(ma[i][0], mb[j][0]), min(ma[i][1], mb[j][1])
-        total += max(0.0, hi - lo)
-        if ma[i][1] < mb[j][1]:
-            i += 1
-        else:
-            j += 1
-    return total
-
-
 def pcap_figures(sf: StrategyFolder, plan: Plan, out: StrategySummary, bin_s: float = 0.1,
                  rto_min_s: float = 0.2, t0: float | None = None, bottleneck: str | None = None) -> None:
     """Retransmissions, timeouts, dup ACKs, fabric drops and delivered bytes from the captures."""
@@ -283,7 +260,7 @@ def pcap_figures(sf: StrategyFolder, plan: Plan, out: StrategySummary, bin_s: fl
     out.timeout_stall_s = round(union_seconds(stalls), 3)
     if bottleneck in hosts:
         pk = hosts[bottleneck]
-        out.timeout_idle_s = round(overlap_seconds(idle_spans(pk.ts_ns[pk.plen > 0]), stalls), 3)
+        out.timeout_idle_s = round(overlap_s(idle_spans(pk.ts_ns[pk.plen > 0]), stalls), 3)
     write_json(sf.goodput_file, goodput)
     write_json(sf.rto_events_file, {"events": sorted(rto_rows, key=lambda r: r["t"])})
     if rtx_times:

@@ -27,6 +27,8 @@ import time
 from datetime import timedelta
 from pathlib import Path
 
+from workloads.errors import exit_flushed
+
 HEADER = struct.Struct("!II")  # bytes the client sends, bytes the server replies
 
 
@@ -159,7 +161,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    code = main()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
+    exit_flushed(main())

@@ -24,6 +24,8 @@ from typing import Any
 
 import torch
 
+from workloads.errors import exit_flushed
+
 COLLECTIVE_KINDS = ("ring", "gloo")
 
 
@@ -210,7 +212,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    code = main()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)  # a gloo group's teardown may block; everything is flushed
+    exit_flushed(main())

@@ -19,7 +19,7 @@ import torch
 from runmodel.job import JobSpec, RankJob
 from runmodel.records import JsonlWriter, StepRecord, WorkerDone
 from workloads.collectives import CollectiveExchange
-from workloads.errors import WorkloadError
+from workloads.errors import WorkloadError, exit_flushed
 from workloads.exchange import Exchange
 from workloads.model import ModelSpec, init_weights, loss_and_grad, make_batch, shard_bounds
 from workloads.psclient import PSClientExchange, ShardedPSExchange
@@ -101,9 +101,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    code = main()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    # A failed gloo group cannot be torn down cleanly (its destructor may block or warn), and every
-    # result is already flushed, so leave without running interpreter teardown.
-    os._exit(code)
+    exit_flushed(main())
