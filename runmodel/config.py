@@ -325,25 +325,8 @@ class ExperimentConfig:
     @classmethod
     def from_dict(cls, doc: dict[str, Any], where: str = "config") -> ExperimentConfig:
         """A config from config.json or a scenario (unknown fields refused by name)."""
-        doc = dict(doc)
-        doc.pop("schema", None)
-        doc.pop("worker_hosts", None)
-        doc.pop("scenario", None)
-        doc.pop("environment", None)
-        refuse_unknown(doc, cls, where)
-        if "fabric" in doc:
-            if not isinstance(doc["fabric"], dict):
-                raise ParamError(f"{where}: fabric must be an object")
-            doc["fabric"] = FabricSpec.from_dict(doc["fabric"])
-        if "controller" in doc:
-            doc["controller"] = ControllerOptions.from_dict(doc["controller"])
-        if isinstance(doc.get("strategies"), str):
-            doc["strategies"] = split_commas(doc["strategies"])
-        for key in ("strategies", "faults", "job_command"):
-            if key in doc:
-                if not isinstance(doc[key], list | tuple):
-                    raise ParamError(f"{where}: {key} must be a list")
-                doc[key] = tuple(doc[key])
+        doc = parse_run_fields(doc, cls, where, derived=("schema", "worker_hosts", "scenario", "environment"),
+                               lists=("strategies", "faults", "job_command"), comma=("strategies",))
         if "stragglers" in doc:
             if not isinstance(doc["stragglers"], list | tuple):
                 raise ParamError(f"{where}: stragglers must be a list")
@@ -357,16 +340,46 @@ class ExperimentConfig:
                        controller=replace(self.controller, **controller), **top)
 
 
-def load_scenario(path: Path) -> ExperimentConfig:
-    """A scenario file (JSON): an ExperimentConfig's fields; unknown fields are refused by name."""
+def parse_run_fields(doc: dict[str, Any], cls: type, where: str, derived: tuple[str, ...],
+                     lists: tuple[str, ...], comma: tuple[str, ...] = ()) -> dict[str, Any]:
+    """A run config's JSON object as keyword arguments of `cls` (ExperimentConfig, IncastConfig):
+    the fields written for readers only (`derived`) dropped, unknown ones refused by name, fabric and
+    controller parsed, a JSON list in `lists` (or, for those in `comma`, a comma-separated string)
+    made a tuple."""
+    doc = {k: v for k, v in doc.items() if k not in derived}
+    refuse_unknown(doc, cls, where)
+    if "fabric" in doc:
+        if not isinstance(doc["fabric"], dict):
+            raise ParamError(f"{where}: fabric must be an object")
+        doc["fabric"] = FabricSpec.from_dict(doc["fabric"])
+    if "controller" in doc:
+        doc["controller"] = ControllerOptions.from_dict(doc["controller"])
+    for key in lists:
+        if key in comma and isinstance(doc.get(key), str):
+            doc[key] = split_commas(doc[key])
+        if key in doc:
+            if not isinstance(doc[key], list | tuple):
+                raise ParamError(f"{where}: {key} must be a list")
+            doc[key] = tuple(doc[key])
+    return doc
+
+
+def read_scenario_object(path: Path) -> dict[str, Any]:
+    """A scenario file's JSON object; ParamError in one line if it cannot be read or is not one."""
     try:
-        doc = json.loads(path.read_text())
+        doc = json.loads(Path(path).read_text())
     except OSError as exc:
         raise ParamError(f"scenario {path}: cannot read it ({exc.strerror})") from exc
     except ValueError as exc:
         raise ParamError(f"scenario {path}: not valid JSON ({exc})") from exc
     if not isinstance(doc, dict):
         raise ParamError(f"scenario {path}: must be a JSON object")
+    return doc
+
+
+def load_scenario(path: Path) -> ExperimentConfig:
+    """A scenario file (JSON): an ExperimentConfig's fields; unknown fields are refused by name."""
+    doc = read_scenario_object(path)
     try:
         return ExperimentConfig.from_dict(doc, where=f"scenario {path.name}")
     except TypeError as exc:

@@ -21,10 +21,16 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from runmodel.config import CONGESTION_CONTROLS, ControllerOptions, split_commas
+from runmodel.config import (
+    CONGESTION_CONTROLS,
+    ControllerOptions,
+    parse_run_fields,
+    read_scenario_object,
+    split_commas,
+)
 from runmodel.fabric import FabricSpec, Plan, build_plan
 from runmodel.folder import RunFolder, StrategyFolder
-from runmodel.params import ParamError, number, param, refuse_unknown, whole
+from runmodel.params import ParamError, number, param, whole
 from runmodel.records import _known, read_jsonl
 
 INCAST_SCHEMA = "incastlab.incast/1"
@@ -327,25 +333,14 @@ class IncastConfig:
     @classmethod
     def from_dict(cls, doc: dict[str, Any], where: str = "config") -> IncastConfig:
         """From config.json or a scenario file (unknown fields refused by name)."""
-        doc = dict(doc)
-        for key in ("schema", "kind", "environment", "scenario", "not_run"):
-            doc.pop(key, None)
-        refuse_unknown(doc, cls, where)
-        if "fabric" in doc:
-            if not isinstance(doc["fabric"], dict):
-                raise ParamError(f"{where}: fabric must be an object")
-            doc["fabric"] = FabricSpec.from_dict(doc["fabric"])
-        if "controller" in doc:
-            doc["controller"] = ControllerOptions.from_dict(doc["controller"])
+        doc = parse_run_fields(doc, cls, where, lists=("lines",), comma=("lines",),
+                               derived=("schema", "kind", "environment", "scenario", "not_run"))
         if isinstance(doc.get("senders"), str):
             doc["senders"] = parse_senders(doc["senders"])
-        if isinstance(doc.get("lines"), str):
-            doc["lines"] = split_commas(doc["lines"])
-        for key in ("senders", "lines"):
-            if key in doc:
-                if not isinstance(doc[key], list | tuple):
-                    raise ParamError(f"{where}: {key} must be a list")
-                doc[key] = tuple(doc[key])
+        if "senders" in doc:
+            if not isinstance(doc["senders"], list | tuple):
+                raise ParamError(f"{where}: senders must be a list")
+            doc["senders"] = tuple(doc["senders"])
         if isinstance(doc.get("sru_bytes"), str):
             doc["sru_bytes"] = parse_size(doc["sru_bytes"])
         try:
@@ -367,15 +362,7 @@ class IncastConfig:
 
 def load_incast_scenario(path: Path) -> IncastConfig:
     """An incast scenario file (JSON: IncastConfig's fields); unknown fields refused by name."""
-    try:
-        doc = json.loads(Path(path).read_text())
-    except OSError as exc:
-        raise ParamError(f"scenario {path}: cannot read it ({exc.strerror})") from exc
-    except ValueError as exc:
-        raise ParamError(f"scenario {path}: not valid JSON ({exc})") from exc
-    if not isinstance(doc, dict):
-        raise ParamError(f"scenario {path}: must be a JSON object")
-    return IncastConfig.from_dict(doc, where=f"scenario {Path(path).name}")
+    return IncastConfig.from_dict(read_scenario_object(path), where=f"scenario {Path(path).name}")
 
 
 # -- what the processes are told -------------------------------------------------------------------
