@@ -145,3 +145,31 @@ def test_leftovers_name_containers_in_the_order_a_reader_counts_them() -> None:
     left = Leftovers(containers=["incastlab-h10", "incastlab-h2", "incastlab-h1"], veths=["a", "b"])
     assert left.describe() == "2 veths, containers incastlab-h1 incastlab-h2 incastlab-h10"
     assert not left.empty() and Leftovers().describe() == "nothing"
+
+
+def _tc_red_wlog(qmin: int, burst: int, avpkt: int) -> int:
+    """iproute2's tc_red_eval_ewma: the log of the queue weight tc picks, -1 where none fits."""
+    a = burst + 1 - qmin / avpkt
+    if a < 1.0:
+        return -1
+    w = 0.5
+    for wlog in range(1, 32):
+        if a <= (1 - (1 - w) ** burst) / w:
+            return wlog
+        w /= 2
+    return -1
+
+
+@pytest.mark.parametrize("mark_pkts", [1, 2, 3, 4, 8, 20, 250, 999])
+def test_red_marking_queue_has_a_weight_tc_can_compute(mark_pkts: int) -> None:
+    from topologies.fabric import FRAME_BYTES, red_marking_qdisc
+
+    args = red_marking_qdisc(max(3, 4 * mark_pkts), mark_pkts, 20.0)
+    opt = dict(zip(args[1::2], args[2::2], strict=False))
+    assert args[0] == "red" and args[-1] == "ecn"
+    assert int(opt["min"]) == mark_pkts * FRAME_BYTES < int(opt["max"]) <= int(opt["limit"])
+    wlog = _tc_red_wlog(int(opt["min"]), int(opt["burst"]), int(opt["avpkt"]))
+    # the kernel's red_check_params: the thresholds shifted by wlog must fit in 32 bits
+    assert 1 <= wlog and int(opt["max"]).bit_length() + wlog < 32
+    # what failed in the VM (K = 1, avpkt one frame): tc picks wlog 27, 1514 << 27 overflows, EINVAL
+    assert FRAME_BYTES.bit_length() + _tc_red_wlog(FRAME_BYTES, 2, FRAME_BYTES) >= 32

@@ -92,6 +92,25 @@ def kernel_config(option: str) -> str | None:
     return ""
 
 
+FRAME_BYTES = 1514  # a full Ethernet frame: RED's thresholds are bytes
+
+
+def red_marking_qdisc(pkts: int, mark_pkts: int, rate_mbit: float) -> list[str]:
+    """tc arguments of a RED queue of `pkts` frames that ECN-marks every packet arriving above
+    `mark_pkts` frames queued (DCTCP's switch: K = mark_pkts, max just above min).
+
+    avpkt and burst set the queue weight W = 2^-wlog tc picks (tc_red_eval_ewma: the largest W with
+    a <= (1 - (1 - W)^burst) / W, a = burst + 1 - min/avpkt), and the kernel refuses a wlog for which
+    min << wlog overflows 32 bits (EINVAL): avpkt = one frame with K = 1 gives a = 2 = burst, wlog 27.
+    avpkt 1000 and burst = ceil(min / avpkt), at least 2, put a in (1, 2) and wlog at 1 or 2 (an
+    almost instantaneous queue, as DCTCP wants; checked in a Debian 6.1 kernel for K = 1, 2, 3, 8,
+    250, and in tests/test_fabric_unit.py)."""
+    lo = max(1, mark_pkts) * FRAME_BYTES
+    return ["red", "limit", str(pkts * FRAME_BYTES), "min", str(lo), "max", str(lo + FRAME_BYTES),
+            "avpkt", "1000", "burst", str(max(2, -(-lo // 1000))), "probability", "1.0",
+            "bandwidth", f"{rate_mbit:g}mbit", "ecn"]
+
+
 def qdisc_available(kind: str) -> bool:
     """True where the kernel has the sch_<kind> qdisc (built in, loaded, or loadable)."""
     if Path(f"/sys/module/sch_{kind}").exists():
@@ -292,12 +311,8 @@ class Fabric:
             if ecn_mark_pkts is None:
                 leaf = ["pfifo", "limit", str(pkts)]
             else:
-                mtu = 1514
                 rate = next(p.rate_mbit for p in self.plan.switch_ports() if p.name == name)
-                lo = max(1, ecn_mark_pkts) * mtu
-                leaf = ["red", "limit", str(pkts * mtu), "min", str(lo), "max", str(lo + mtu), "avpkt",
-                        str(mtu), "burst", str(max(1, ecn_mark_pkts) + 1), "probability", "1.0",
-                        "bandwidth", f"{rate:g}mbit", "ecn"]
+                leaf = red_marking_qdisc(pkts, ecn_mark_pkts, rate)
             _run(["tc", "qdisc", "replace", "dev", name, "parent", "1:1", *leaf])
 
     # -- configuration ----------------------------------------------------------------------
