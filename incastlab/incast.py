@@ -45,7 +45,7 @@ from runmodel.records import HostCounters, Status, read_jsonl, write_json
 from topologies import hosttcp
 from topologies.fabric import kernel_config, qdisc_available
 
-SERVER_START_S = 20.0
+SERVER_START_S = 20.0  # at least; a sweep's --timeout when longer (15 Pythons starting under TCG take more)
 STOP_GRACE_S = 5.0
 
 
@@ -153,6 +153,7 @@ class Servers:
             str(lf.path),
         )
         self.procs: list[Any] = []
+        self.start_s = max(SERVER_START_S, cfg.timeout)
 
     def start(self) -> None:
         self.job.write(self.lf.servers_file)
@@ -172,7 +173,7 @@ class Servers:
                 self.procs.append(
                     self.sess.fabric.workload_popen(s.host, argv[1:], stdout=subprocess.DEVNULL, stderr=err)
                 )
-        deadline = time.monotonic() + SERVER_START_S
+        deadline = time.monotonic() + self.start_s
         waiting = list(zip(self.job.servers, self.procs, strict=True))
         while waiting:
             still = []
@@ -189,7 +190,7 @@ class Servers:
             waiting = still
             if waiting and time.monotonic() > deadline:
                 raise PointError(
-                    f"servers not listening after {SERVER_START_S:g} s: "
+                    f"servers not listening after {self.start_s:g} s: "
                     f"{', '.join(s.host for s, _ in waiting)}"
                 )
             if waiting:
