@@ -5,13 +5,19 @@ IL      := .venv/bin/incastlab
 ARGS    ?=
 RUN     ?= results/latest
 
-.PHONY: deps image job test test-unit test-integration lint fabric compare straggler mitigate incast report dashboard bench soak clean-net clean
+.PHONY: deps image vm-box vm-check job test test-unit test-integration lint fabric compare straggler mitigate incast report dashboard bench soak clean-net clean
 
 deps:            ## install everything (Debian packages, Open vSwitch running, .venv); idempotent
 	bash scripts/deps.sh
 
 image:           ## the worker image incastlab/worker:<version> (torch + workload code, offline); cached
 	$(PY) -m topologies.image $(ARGS)
+
+vm-box:          ## a Debian 12 box for vagrant-libvirt, built here, that provisions offline; cached
+	bash scripts/vm-box.sh
+
+vm-check:        ## boot the box under libvirt (KVM, else QEMU's TCG), run fabric/compare/DCTCP incast in it
+	bash scripts/vm-check.sh $(ARGS)
 
 test: lint       ## the whole suite: unit, integration (real Mininet/OVS/controller), browser
 	$(PY) -m pytest -ra $(ARGS)

@@ -168,6 +168,8 @@ def detect_virtualisation() -> str:
                              timeout=5).stdout.strip()
     except (FileNotFoundError, subprocess.TimeoutExpired):
         out = ""
+    if out == "qemu":  # systemd says kvm when KVM accelerates QEMU: plain qemu is the software emulator
+        return "tcg"
     if out and out != "none":
         return out
     try:

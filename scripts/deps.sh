@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs everything incastlab needs on a fresh Debian 12 machine or the Ubuntu 24.04 Vagrant VM.
+# Installs everything incastlab needs on a fresh Debian 12 machine or in the Vagrant VM (Debian 12 too).
 # Idempotent; run as root. Environment:
 #   INCASTLAB_TORCH_INDEX  an extra package index for the CPU build of torch (PyPI's torch wheel for
 #                          a Python other than the one whose CPU wheel is on this machine's disk is
@@ -19,6 +19,9 @@ APT_PACKAGES=(mininet openvswitch-switch openvswitch-common tcpdump tshark iperf
 # The dashboard's browser tests use Debian's chromium; Ubuntu ships it only as a snap, so there the
 # browser tests skip (the dashboard itself needs no browser on the machine).
 [[ "$ID" == "debian" ]] && APT_PACKAGES+=(chromium chromium-driver)
+# Docker's default container profile needs apparmor_parser where the kernel runs AppArmor (Debian's
+# stock kernel, in the VM); without it every `docker run` fails
+[[ -d /sys/module/apparmor ]] && APT_PACKAGES+=(apparmor)
 # the worker image's base is Debian bookworm (debootstrap): elsewhere its archive key must be installed
 [[ "$ID" != "debian" ]] && APT_PACKAGES+=(debian-archive-keyring)
 missing=()

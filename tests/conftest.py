@@ -68,6 +68,18 @@ def pytest_make_collect_report(collector: pytest.Collector) -> Any:
     return report
 
 
+# -- the VM test: only when asked ---------------------------------------------------------------
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests marked `vm` boot the Vagrant VM under QEMU (tens of minutes): they run only when the
+    marker expression names them (pytest -m vm), and are deselected, not skipped, otherwise."""
+    if "vm" in (config.getoption("markexpr") or "").replace("not vm", ""):
+        return
+    chosen = [i for i in items if i.get_closest_marker("vm") is None]
+    if len(chosen) < len(items):
+        config.hook.pytest_deselected(items=[i for i in items if i.get_closest_marker("vm")])
+        items[:] = chosen
+
+
 # -- randomness that can be replayed ------------------------------------------------------------
 @pytest.fixture
 def rng() -> random.Random:

@@ -3,14 +3,16 @@
 A run marks every process it starts with the environment variable INCASTLAB_RUN (Mininet's host
 shells inherit it, and so does everything started in them), names its bridges sp<N>/lf<N> and its
 veths <node>-eth<N>, tags its OVS QoS rows with external-ids:incastlab=1, labels the containers that
-are its hosts incastlab.run=<marker value> and the images it builds incastlab.image. That is what the
-sweep looks for, so it never touches another program's bridges, processes or containers.
+are its hosts incastlab.run=<marker value> and the images it builds incastlab.image; make vm-check's
+libvirt domain and volumes are named incastlab*, its network vagrant-libvirt. That is what the sweep
+looks for, so it never touches another program's bridges, processes, containers or VMs.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
 import subprocess
 import time
@@ -25,6 +27,10 @@ MARKER = "INCASTLAB_RUN"
 BRIDGE_RE = re.compile(r"^(sp|lf)\d+$")
 VETH_RE = re.compile(r"^(sp|lf|h)\d+-eth\d+$")
 NETNS_PREFIX = "incastlab-"
+VIRSH = ["virsh", "-q", "-c", "qemu:///system"]
+VM_PREFIX = "incastlab"  # scripts/vm-check.sh and the Vagrantfile's default_prefix
+VM_NETWORK = "vagrant-libvirt"
+VM_CHECK_PID = Path(__file__).resolve().parent.parent / "build" / "vm" / "vm-check.pid"
 
 
 @dataclass
@@ -38,11 +44,12 @@ class Leftovers:
     qos: list[str] = field(default_factory=list)
     containers: list[str] = field(default_factory=list)  # labelled incastlab.run, running or not
     images: list[str] = field(default_factory=list)  # incastlab's dangling (untagged) images
+    vm: list[str] = field(default_factory=list)  # make vm-check's libvirt domain/volume/network
 
     def empty(self) -> bool:
         """True when nothing is left."""
         return not (self.bridges or self.veths or self.pids or self.netns or self.qos or self.containers
-                    or self.images)
+                    or self.images or self.vm)
 
     def describe(self) -> str:
         """One line naming what is left."""
@@ -61,6 +68,8 @@ class Leftovers:
             parts.append(f"containers {' '.join(sorted(self.containers, key=natural))}")
         if self.images:
             parts.append(f"{len(self.images)} dangling incastlab images")
+        if self.vm:
+            parts.append(f"libvirt {' '.join(self.vm)}")
         return ", ".join(parts) or "nothing"
 
 
@@ -129,7 +138,46 @@ def find_leftovers() -> Leftovers:
                      "external-ids:incastlab=1"]).split()
     left.containers = run_containers()
     left.images = dangling_images()
+    left.vm = vm_leftovers()
     return left
+
+
+def vm_check_running() -> bool:
+    """True while a make vm-check holds its VM (its pid file names a live process)."""
+    try:
+        os.kill(int(VM_CHECK_PID.read_text()), 0)
+    except (OSError, ValueError):
+        return False
+    return True
+
+
+def vm_leftovers() -> list[str]:
+    """make vm-check's libvirt objects still defined (domain:NAME, volume:NAME, network:NAME), none
+    while a vm-check runs or where libvirt is not installed or not answering."""
+    if shutil.which("virsh") is None or vm_check_running():
+        return []
+    found = [f"domain:{d}" for d in _out([*VIRSH, "list", "--all", "--name"], timeout=5).split()
+             if d.startswith(VM_PREFIX)]
+    volumes = [line.split()[0] for line in _out([*VIRSH, "vol-list", "default"], timeout=5).splitlines()
+               if line.split()]
+    found += [f"volume:{v}" for v in volumes if v.startswith(VM_PREFIX)]
+    found += [f"network:{n}" for n in _out([*VIRSH, "net-list", "--all", "--name"], timeout=5).split()
+              if n == VM_NETWORK]
+    return found
+
+
+def remove_vm(items: list[str]) -> None:
+    """Destroy and undefine what vm_leftovers found (the domain's qemu process ends with it)."""
+    for item in items:
+        kind, name = item.split(":", 1)
+        if kind == "domain":
+            _out([*VIRSH, "destroy", name], timeout=30)
+            _out([*VIRSH, "undefine", name], timeout=30)
+        elif kind == "volume":
+            _out([*VIRSH, "vol-delete", name, "--pool", "default"], timeout=30)
+        elif kind == "network":
+            _out([*VIRSH, "net-destroy", name], timeout=30)
+            _out([*VIRSH, "net-undefine", name], timeout=30)
 
 
 def kill_pids(pids: list[int], grace: float = 2.0) -> None:
@@ -178,6 +226,7 @@ def remove(left: Leftovers) -> None:
     for ns in left.netns:
         _out(["ip", "netns", "del", ns])
     remove_images(left.images)
+    remove_vm(left.vm)
 
 
 def _destroy_qos(qos: list[str]) -> None:
@@ -201,6 +250,7 @@ def sweep_fabric(plan: Plan | None = None) -> None:
     left.netns = []
     left.containers = []
     left.images = []
+    left.vm = []
     if plan is not None:
         names = {s.name for s in plan.switches}
         left.bridges = [b for b in left.bridges if b in names]

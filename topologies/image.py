@@ -3,7 +3,8 @@
 `make image` (python -m topologies.image) stages a build context of the host's wheelhouse (torch's
 CPU build and what it needs, downloaded by the host's pip, `make deps` does it ahead) and the
 workload code (runmodel/ and workloads/), on a base that is INCASTLAB_BASE_IMAGE when given, else a
-minimal Debian that debootstrap makes and `docker import` turns into `incastlab/base:bookworm`.
+minimal Debian that debootstrap makes (or INCASTLAB_BASE_ROOTFS, a tar of that tree made ahead: the
+VM's box has one) and `docker import` turns into `incastlab/base:bookworm`.
 
 Two labels say what an image was built from: `incastlab.code` (the hash of the Dockerfile and the
 code the containers run: workloads/ and the run-model modules it imports) and `incastlab.inputs`
@@ -27,12 +28,15 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import IO
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCKERFILE = ROOT / "workloads" / "Dockerfile"
 CODE_DIRS = ("runmodel", "workloads")
 BASE_IMAGE = "incastlab/base:bookworm"
 BASE_ENV = "INCASTLAB_BASE_IMAGE"
+BASE_ROOTFS_ENV = "INCASTLAB_BASE_ROOTFS"  # a tar of the base's tree, used instead of debootstrap
+BASE_ROOTFS = Path("/opt/incastlab/base-bookworm.tar")  # where make vm-box puts one in the VM's box
 WHEELHOUSE = ROOT / "build" / "wheelhouse"
 DEBIAN_MIRROR = "http://deb.debian.org/debian"
 IMAGE_LABEL = "incastlab.image"  # every incastlab-built image carries it (value: worker or base)
@@ -200,11 +204,25 @@ def download_wheels(py: str, say: Callable[[str], None]) -> Path:
     return dest
 
 
+def base_rootfs() -> Path | None:
+    """A tar of the base's tree made ahead (make vm-box bakes one into the VM's box, whose
+    provisioning has no network), or None: then debootstrap makes it from the mirror."""
+    path = Path(os.environ.get(BASE_ROOTFS_ENV, str(BASE_ROOTFS)))
+    return path if path.is_file() else None
+
+
 def debootstrap_base(say: Callable[[str], None]) -> None:
     """incastlab/base:bookworm: Debian's minbase with python3, from the Debian mirror, imported."""
+    t0 = time.monotonic()
+    tarball = base_rootfs()
+    if tarball is not None:
+        say(f"base: {tarball} (Debian's minbase with python3, debootstrapped ahead)")
+        with tarball.open("rb") as f:
+            _import_base(f)
+        say(f"base: {BASE_IMAGE} in {time.monotonic() - t0:.0f} s ({size_of(BASE_IMAGE)})")
+        return
     if shutil.which("debootstrap") is None:
         raise ImageError("debootstrap is not installed: run `make deps`")
-    t0 = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="incastlab-rootfs-") as tmp:
         root = Path(tmp) / "rootfs"
         say(f"base: debootstrap --variant=minbase bookworm with python3 (from {DEBIAN_MIRROR})")
@@ -218,16 +236,22 @@ def debootstrap_base(say: Callable[[str], None]) -> None:
                 if p.is_file():
                     p.unlink()
         tar = subprocess.Popen(["tar", "-C", str(root), "--numeric-owner", "-c", "."], stdout=subprocess.PIPE)
-        exe = docker_bin() or "docker"
-        imp = subprocess.run([exe, "import", "--change", f"LABEL {IMAGE_LABEL}=base", "--change",
-                              'CMD ["/bin/bash"]', "-", BASE_IMAGE], stdin=tar.stdout, capture_output=True,
-                             text=True)
         assert tar.stdout is not None
-        tar.stdout.close()
-        tar.wait()
-        if imp.returncode != 0:
-            raise ImageError(f"docker import failed: {imp.stderr.strip()[-200:]}")
+        try:
+            _import_base(tar.stdout)
+        finally:
+            tar.stdout.close()
+            tar.wait()
     say(f"base: {BASE_IMAGE} in {time.monotonic() - t0:.0f} s ({size_of(BASE_IMAGE)})")
+
+
+def _import_base(tar: IO[bytes]) -> None:
+    """`docker import` of a root tree's tar stream as the base image, labelled as incastlab's."""
+    exe = docker_bin() or "docker"
+    imp = subprocess.run([exe, "import", "--change", f"LABEL {IMAGE_LABEL}=base", "--change",
+                          'CMD ["/bin/bash"]', "-", BASE_IMAGE], stdin=tar, capture_output=True, text=True)
+    if imp.returncode != 0:
+        raise ImageError(f"docker import failed: {imp.stderr.strip()[-200:]}")
 
 
 def size_of(ref: str) -> str:
@@ -242,7 +266,9 @@ def image_python(base: str) -> str:
                   "exec $(command -v python3 || command -v python) -c "
                   "'import sys; print(\"%d.%d\" % sys.version_info[:2])'", timeout=120, check=False)
     if proc.returncode != 0 or not proc.stdout.strip():
-        raise ImageError(f"base image {base} has no python3")
+        said = (proc.stderr or "").strip().splitlines()
+        raise ImageError(f"base image {base}: no python3 answers in it"
+                         + (f" ({said[-1][-200:]})" if said else ""))
     return proc.stdout.strip().splitlines()[-1]
 
 
