@@ -65,6 +65,7 @@ def _libvirt_state() -> dict[str, list[str]]:
 
 
 @pytest.mark.vm
+@pytest.mark.timeout(7200)  # pytest's 600 s default stopped it mid-run under TCG (about 27 min)
 def test_the_vm_boots_runs_the_experiments_and_leaves_the_host_clean(tmp_path: Path) -> None:
     """make vm-box && make vm-check: the run folders copied back say kernel datapath and the
     virtualisation; the DCTCP line is in incast.json; no domain, volume, network or qemu is left."""
