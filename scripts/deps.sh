@@ -13,9 +13,7 @@ if [[ $(id -u) -ne 0 ]]; then
 fi
 . /etc/os-release 2>/dev/null || ID=unknown
 
-APT_PACKAGES=(mininet openvswitch-switch openvswitch-common tcpdump tshark iperf3 ethtool
-  iputils-ping iproute2 cgroup-tools procps psmisc python3-venv python3-pip net-tools
-  docker.io debootstrap)
+mapfile -t APT_PACKAGES < <(grep -v '^#' scripts/apt-packages.txt | grep .)
 # The dashboard's browser tests use Debian's chromium; Ubuntu ships it only as a snap, so there the
 # browser tests skip (the dashboard itself needs no browser on the machine).
 [[ "$ID" == "debian" ]] && APT_PACKAGES+=(chromium chromium-driver)

@@ -4,7 +4,8 @@
 # sshd, sudo, a `vagrant` user with Vagrant's insecure public key, every Debian package `make deps`
 # installs, a wheelhouse of requirements.txt (pip in the box reads only it: /etc/pip.conf) and the
 # worker image's base tree (/opt/incastlab/base-bookworm.tar, what make image would debootstrap).
-# Cached: rebuilt only when its inputs (this script, requirements.txt, the box's Vagrantfile) change.
+# Cached: rebuilt only when its inputs (this script, the box's Vagrantfile, apt-packages.txt,
+# requirements.txt) change.
 # Needs root and the Debian mirror. Output: build/vm/incastlab-bookworm.box
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -15,15 +16,15 @@ BOX=$OUT/incastlab-bookworm.box
 STAMP=$OUT/incastlab-bookworm.inputs
 MIRROR=${INCASTLAB_DEBIAN_MIRROR:-http://deb.debian.org/debian}
 DISK_GB=20
-# what make deps installs (scripts/deps.sh) plus what a Vagrant box and direct kernel boot need
+# what a Vagrant box and direct kernel boot need, what make deps installs (scripts/apt-packages.txt)
+# and what deps.sh adds on Debian with AppArmor in the kernel (Docker's default profile needs its parser)
+mapfile -t DEPS_PACKAGES < <(grep -v '^#' scripts/apt-packages.txt | grep .)
 PACKAGES=(linux-image-amd64 systemd-sysv udev dbus kmod openssh-server sudo rsync make ca-certificates
-  ifupdown isc-dhcp-client
-  mininet openvswitch-switch openvswitch-common tcpdump tshark iperf3 ethtool iputils-ping iproute2
-  cgroup-tools procps psmisc python3-venv python3-pip net-tools docker.io debootstrap chromium chromium-driver
-  apparmor)  # the box's kernel runs AppArmor: Docker's default profile needs apparmor_parser
+  ifupdown isc-dhcp-client "${DEPS_PACKAGES[@]}" chromium chromium-driver apparmor)
 say() { echo "[vm-box] $*" >&2; }
 
-inputs=$(cat scripts/vm-box.sh scripts/vm-box.Vagrantfile requirements.txt | sha256sum | cut -c1-16)
+inputs=$(cat scripts/vm-box.sh scripts/vm-box.Vagrantfile scripts/apt-packages.txt requirements.txt |
+  sha256sum | cut -c1-16)
 # (the box is Debian's bookworm of the day it was built: delete build/vm to take newer packages)
 if [[ -f $BOX && -f $STAMP && $(cat "$STAMP") == "$inputs" ]]; then
   say "cached: $BOX ($(du -h "$BOX" | cut -f1), inputs $inputs)"

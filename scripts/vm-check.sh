@@ -23,18 +23,19 @@ OUT=$PWD/build/vm
 BOX_FILE=$OUT/incastlab-bookworm.box
 BOX_NAME=incastlab/bookworm
 LIBVIRT=qemu:///system
+VM_NETWORK=incastlab-mgmt  # the Vagrantfile's management network: its own, not vagrant-libvirt's shared one
 export VAGRANT_HOME=$OUT/vagrant.d VAGRANT_DOTFILE_PATH=$OUT/dot INCASTLAB_VM_BOX=$BOX_NAME
 export VAGRANT_DEFAULT_PROVIDER=libvirt VAGRANT_CHECKPOINT_DISABLE=1 LIBVIRT_DEFAULT_URI=$LIBVIRT
 say() { echo "[vm-check] $*" >&2; }
 indent() { sed -u -e 's/Progress: [0-9]*%\r\x1b\[K//g' -e 's/^/  /' >&2; }  # vagrant's output, without its progress bar
 mkdir -p "$OUT"
+if ((!DESTROY_ONLY)); then
+  [[ -f $BOX_FILE ]] || { echo "make vm-check: no box at $BOX_FILE: run make vm-box first" >&2; exit 1; }
+fi
 exec 9>"$OUT/vm-check.lock"
 flock -n 9 || { echo "make vm-check: another vm-check is running (pid $(cat "$OUT/vm-check.pid" 2>/dev/null))" >&2
   exit 1; }
 echo $$ >"$OUT/vm-check.pid"
-if ((!DESTROY_ONLY)); then
-  [[ -f $BOX_FILE ]] || { echo "make vm-check: no box at $BOX_FILE: run make vm-box first" >&2; exit 1; }
-fi
 
 PHASES=()
 phase_t0=0 phase_name=""
@@ -47,9 +48,15 @@ phase() {  # end the running phase (if any), start the next
 }
 
 # --- what this run started, so that only that is stopped -------------------------------------
+STATE=$OUT/started  # kept across --keep, so that --destroy stops what the run started
 STARTED_DAEMONS=()
 STARTED_POOL=0
 FORWARD_BEFORE=$(sysctl -n net.ipv4.ip_forward)
+if [[ -f $STATE ]]; then . "$STATE"; fi
+save_state() {
+  printf 'STARTED_DAEMONS=(%s)\nSTARTED_POOL=%d\nFORWARD_BEFORE=%d\n' "${STARTED_DAEMONS[*]}" "$STARTED_POOL" \
+    "$FORWARD_BEFORE" >"$STATE"
+}
 vm_teardown() {
   say "teardown: domain, volumes, network$( ((${#STARTED_DAEMONS[@]})) && echo ", ${STARTED_DAEMONS[*]}")"
   if command -v vagrant >/dev/null && [[ -d $VAGRANT_DOTFILE_PATH ]]; then
@@ -63,9 +70,9 @@ vm_teardown() {
     for v in $(virsh vol-list default 2>/dev/null | awk 'NR>2 && $1 ~ /^incastlab/ {print $1}'); do
       virsh vol-delete "$v" --pool default >/dev/null 2>&1 || true
     done
-    if virsh net-info vagrant-libvirt >/dev/null 2>&1; then
-      virsh net-destroy vagrant-libvirt >/dev/null 2>&1 || true
-      virsh net-undefine vagrant-libvirt >/dev/null 2>&1 || true
+    if virsh net-info "$VM_NETWORK" >/dev/null 2>&1; then
+      virsh net-destroy "$VM_NETWORK" >/dev/null 2>&1 || true
+      virsh net-undefine "$VM_NETWORK" >/dev/null 2>&1 || true
     fi
     if ((STARTED_POOL)); then virsh pool-destroy default >/dev/null 2>&1 || true; fi
   fi
@@ -73,10 +80,12 @@ vm_teardown() {
     [[ -f /run/$pidfile.pid ]] && kill "$(cat "/run/$pidfile.pid")" 2>/dev/null || true
   done
   sysctl -q -w net.ipv4.ip_forward="$FORWARD_BEFORE" || true
+  rm -f "$STATE"
 }
 finish() {
   local rc=$?
-  trap - EXIT INT TERM
+  trap - EXIT
+  trap '' INT TERM  # a second Ctrl-C must not cut the teardown short
   phase ""
   if ((KEEP && rc == 0)); then
     say "the VM stays up (--keep): VAGRANT_DOTFILE_PATH=$VAGRANT_DOTFILE_PATH VAGRANT_HOME=$VAGRANT_HOME vagrant ssh;"
@@ -119,8 +128,9 @@ if ((${#need[@]})); then
     tail -3 "$OUT/apt.log" >&2; echo "make vm-check: apt could not install ${need[*]}" >&2; exit 1; }
 fi
 if ! virsh version >/dev/null 2>&1; then  # no systemd here: the daemons by hand, stopped at the end
-  pgrep -x virtlogd >/dev/null || { /usr/sbin/virtlogd -d; STARTED_DAEMONS+=(virtlogd); }
-  pgrep -x libvirtd >/dev/null || { /usr/sbin/libvirtd -d; STARTED_DAEMONS+=(libvirtd); }
+  # 9>&-: the daemons must not inherit (and hold) this run's lock
+  pgrep -x virtlogd >/dev/null || { /usr/sbin/virtlogd -d 9>&-; STARTED_DAEMONS+=(virtlogd); }
+  pgrep -x libvirtd >/dev/null || { /usr/sbin/libvirtd -d 9>&-; STARTED_DAEMONS+=(libvirtd); }
   for _ in $(seq 40); do virsh version >/dev/null 2>&1 && break; sleep 0.25; done
   virsh version >/dev/null 2>&1 || { echo "make vm-check: libvirtd does not answer" >&2; exit 1; }
 fi
@@ -128,6 +138,7 @@ if ! virsh pool-info default >/dev/null 2>&1; then  # where vagrant-libvirt puts
   mkdir -p /var/lib/libvirt/images
   virsh pool-create-as default dir --target /var/lib/libvirt/images >/dev/null; STARTED_POOL=1
 fi
+save_state
 DRIVER=${INCASTLAB_VM_DRIVER:-}
 if [[ -z $DRIVER ]]; then
   if grep -qwE 'vmx|svm' /proc/cpuinfo && [[ -w /dev/kvm ]]; then DRIVER=kvm; else DRIVER=qemu; fi
@@ -155,12 +166,14 @@ if ! vagrant provision 2>&1 | indent; then
 fi
 
 in_vm() {  # one make target inside the VM, as root, in the synced copy
-  vagrant ssh -c "cd /vagrant && sudo $*" 2>&1 | indent
+  vagrant ssh --no-tty -c "cd /vagrant && sudo $*" </dev/null 2>&1 | indent
   return "${PIPESTATUS[0]}"
 }
 RESULT_DIR=$PWD/results/vm-$(date +%Y%m%d-%H%M%S)
 mkdir -p "$RESULT_DIR"
-copy_back() { vagrant ssh -c "sudo tar -C /vagrant/results -cf - ." 2>/dev/null | tar -x -C "$RESULT_DIR" || true; }
+copy_back() {  # --no-tty: a pty would mangle tar's stream
+  vagrant ssh --no-tty -c "sudo tar -C /vagrant/results -cf - ." </dev/null 2>/dev/null | tar -x -C "$RESULT_DIR" || true
+}
 trap 'copy_back; exit 130' INT TERM
 
 phase fabric
@@ -174,4 +187,4 @@ in_vm "make incast ARGS='--datapath kernel --senders 1,4,8,15 --rounds 5 --lines
   copy_back; echo "make vm-check: the DCTCP incast failed in the VM" >&2; exit 1; }
 phase copy
 copy_back
-vagrant ssh -c 'uname -r; systemd-detect-virt || true' >"$RESULT_DIR/guest.txt" 2>/dev/null || true
+vagrant ssh --no-tty -c 'uname -r; systemd-detect-virt || true' </dev/null >"$RESULT_DIR/guest.txt" 2>/dev/null || true

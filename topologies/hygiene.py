@@ -4,7 +4,7 @@ A run marks every process it starts with the environment variable INCASTLAB_RUN 
 shells inherit it, and so does everything started in them), names its bridges sp<N>/lf<N> and its
 veths <node>-eth<N>, tags its OVS QoS rows with external-ids:incastlab=1, labels the containers that
 are its hosts incastlab.run=<marker value> and the images it builds incastlab.image; make vm-check's
-libvirt domain and volumes are named incastlab*, its network vagrant-libvirt. That is what the sweep
+libvirt domain and volumes are named incastlab*, its network incastlab-mgmt. That is what the sweep
 looks for, so it never touches another program's bridges, processes, containers or VMs.
 """
 
@@ -29,7 +29,8 @@ VETH_RE = re.compile(r"^(sp|lf|h)\d+-eth\d+$")
 NETNS_PREFIX = "incastlab-"
 VIRSH = ["virsh", "-q", "-c", "qemu:///system"]
 VM_PREFIX = "incastlab"  # scripts/vm-check.sh and the Vagrantfile's default_prefix
-VM_NETWORK = "vagrant-libvirt"
+VM_NETWORK = "incastlab-mgmt"  # the Vagrantfile's libvirt management network
+LIBVIRT_SOCKET = Path("/run/libvirt/libvirt-sock")
 VM_CHECK_PID = Path(__file__).resolve().parent.parent / "build" / "vm" / "vm-check.pid"
 
 
@@ -121,8 +122,8 @@ def run_pids(run: str) -> list[int]:
     return marked_pids(run) if run else []
 
 
-def find_leftovers() -> Leftovers:
-    """Everything of incastlab's still on this host."""
+def find_leftovers(vm: bool = True) -> Leftovers:
+    """Everything of incastlab's still on this host (with vm=False, not make vm-check's libvirt objects)."""
     left = Leftovers()
     left.bridges = [b for b in _out(["ovs-vsctl", "--timeout=5", "list-br"]).split() if BRIDGE_RE.match(b)]
     for line in _out(["ip", "-o", "link", "show"]).splitlines():
@@ -138,7 +139,7 @@ def find_leftovers() -> Leftovers:
                      "external-ids:incastlab=1"]).split()
     left.containers = run_containers()
     left.images = dangling_images()
-    left.vm = vm_leftovers()
+    left.vm = vm_leftovers() if vm else []
     return left
 
 
@@ -154,7 +155,8 @@ def vm_check_running() -> bool:
 def vm_leftovers() -> list[str]:
     """make vm-check's libvirt objects still defined (domain:NAME, volume:NAME, network:NAME), none
     while a vm-check runs or where libvirt is not installed or not answering."""
-    if shutil.which("virsh") is None or vm_check_running():
+    # no socket: libvirtd is not running (asking would start it where systemd socket-activates it)
+    if shutil.which("virsh") is None or not LIBVIRT_SOCKET.exists() or vm_check_running():
         return []
     found = [f"domain:{d}" for d in _out([*VIRSH, "list", "--all", "--name"], timeout=5).split()
              if d.startswith(VM_PREFIX)]
@@ -245,12 +247,11 @@ def _destroy_qos(qos: list[str]) -> None:
 
 def sweep_fabric(plan: Plan | None = None) -> None:
     """After a fabric stops: remove its bridges, veths and QoS rows if Mininet missed any."""
-    left = find_leftovers()
+    left = find_leftovers(vm=False)
     left.pids = []  # processes and containers are the run's business (see clean_all)
     left.netns = []
     left.containers = []
     left.images = []
-    left.vm = []
     if plan is not None:
         names = {s.name for s in plan.switches}
         left.bridges = [b for b in left.bridges if b in names]

@@ -207,7 +207,10 @@ def download_wheels(py: str, say: Callable[[str], None]) -> Path:
 def base_rootfs() -> Path | None:
     """A tar of the base's tree made ahead (make vm-box bakes one into the VM's box, whose
     provisioning has no network), or None: then debootstrap makes it from the mirror."""
-    path = Path(os.environ.get(BASE_ROOTFS_ENV, str(BASE_ROOTFS)))
+    given = os.environ.get(BASE_ROOTFS_ENV)
+    if given and not Path(given).is_file():
+        raise ImageError(f"{BASE_ROOTFS_ENV}={given}: no such file")
+    path = Path(given) if given else BASE_ROOTFS
     return path if path.is_file() else None
 
 
