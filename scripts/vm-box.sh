@@ -44,7 +44,7 @@ t0=$(date +%s)
 W=$OUT/work
 ROOT=$W/root
 unmount() { for m in dev/pts dev sys proc; do mountpoint -q "$ROOT/$m" 2>/dev/null && umount -l "$ROOT/$m"; done; true; }
-cleanup() { unmount; rm -rf "$W"; }
+cleanup() { unmount; rm -rf --one-file-system "$W"; }  # never into a bind mount that survived
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 cleanup
