@@ -29,13 +29,13 @@ export VAGRANT_DEFAULT_PROVIDER=libvirt VAGRANT_CHECKPOINT_DISABLE=1 LIBVIRT_DEF
 say() { echo "[vm-check] $*" >&2; }
 indent() { sed -u -e 's/Progress: [0-9]*%\r\x1b\[K//g' -e 's/^/  /' >&2; }  # vagrant's output, without its progress bar
 mkdir -p "$OUT"
-if ((!DESTROY_ONLY)); then
-  [[ -f $BOX_FILE ]] || { echo "make vm-check: no box at $BOX_FILE: run make vm-box first" >&2; exit 1; }
-fi
 exec 9>"$OUT/vm-check.lock"
 flock -n 9 || { echo "make vm-check: another vm-check is running (pid $(cat "$OUT/vm-check.pid" 2>/dev/null))" >&2
   exit 1; }
-echo $$ >"$OUT/vm-check.pid"
+if ((!DESTROY_ONLY)); then
+  [[ -f $BOX_FILE ]] || { echo "make vm-check: no box at $BOX_FILE: run make vm-box first" >&2; exit 1; }
+fi
+echo $$ >"$OUT/vm-check.pid"  # after the early exits: no stale pid file hides a leftover
 
 PHASES=()
 phase_t0=0 phase_name=""

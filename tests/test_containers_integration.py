@@ -81,7 +81,7 @@ def test_compare_runs_every_worker_and_the_ps_in_containers(worker_image, clean_
     results = tmp_path / "results"
     run = Running(["compare", "--runtime", "docker", "--steps", "3", "--results", str(results)])
     try:
-        run.wait_line(r"ps: step 1/3", 300)
+        run.wait_line(r"ps: step [1-3]/3", 300)  # progress may skip a step
         names = labelled(token())  # `docker ps` during the run lists the run's containers
         running = docker_out("ps", "--filter", f"label=incastlab.run={token()}", "--format",
                              "{{.Names}} {{.Image}}")
@@ -110,7 +110,7 @@ def test_netns_runtime_still_works_and_starts_no_container(worker_image, clean_h
     run = Running(["compare", "--runtime", "netns", "--strategies", "ring", "--steps", "2", "--results",
                    str(results)])
     try:
-        run.wait_line(r"ring: step 1/2", 300)
+        run.wait_line(r"ring: step [12]/2", 300)  # progress may skip a step
         during = labelled(token())
         code, _ = run.wait_exit(guard=600)
     except BaseException:
@@ -240,7 +240,7 @@ def test_ctrl_c_while_containers_train_leaves_a_readable_run_and_a_clean_host(wo
     from incastlab.cleanup import find_leftovers
 
     run = Running(["compare", "--runtime", "docker", "--steps", "20", "--results", str(tmp_path)])
-    code, secs = interrupt_at(run, rng, r"ps: step 1/20", r"ps: done", 2.0)
+    code, secs = interrupt_at(run, rng, r"ps: step ([1-9]|1[0-9])/20", r"ps: done", 2.0)
     assert_exit_130_soon(code, secs, run)
     assert labelled(token()) == [] and find_leftovers().empty(), find_leftovers().describe()
     folder = run_folder(tmp_path)
@@ -260,7 +260,7 @@ def test_after_sigkill_the_leftover_check_names_the_containers_and_clean_removes
         with guarded_host("the SIGKILLed run"):
             run = Running(["compare", "--runtime", "docker", "--steps", "20", "--results", str(tmp_path)])
             try:
-                run.wait_line(r"ps: step 1/20", 300)
+                run.wait_line(r"ps: step ([1-9]|1[0-9])/20", 300)  # progress may skip a step
             except BaseException:
                 run.kill_group()
                 raise
@@ -288,7 +288,7 @@ def test_a_killed_dockerd_ends_the_run_naming_it_and_leaves_a_clean_host(worker_
     run = Running(["compare", "--runtime", "docker", "--strategies", "ring", "--steps", "20", "--results",
                    str(tmp_path)])
     try:
-        run.wait_line(r"ring: step 1/20", 300)
+        run.wait_line(r"ring: step ([1-9]|1[0-9])/20", 300)  # progress may skip a step
         daemons = subprocess.run(["pgrep", "-x", "dockerd"], capture_output=True, text=True).stdout.split()
         assert len(daemons) == 1, daemons
         os.kill(int(daemons[0]), signal.SIGKILL)

@@ -79,7 +79,7 @@ def test_async_carries_on_without_a_killed_worker_and_says_so(clean_host, tmp_pa
 COMPARE_POINTS = {
     "controller start": ("starting controller", "building fabric", 0.1),
     "fabric build": ("building fabric", "fabric up in", 1.0),
-    "mid-strategy": (r"ps: step 2/6\b", r"ps: done", 0.5),
+    "mid-strategy": (r"ps: step [2-5]/6\b", r"ps: done", 0.5),  # progress lines may skip a step
     "report": ("report: building", r"^report: (?!building)", 0.1),
 }
 COMPARE = ["compare", "--strategies", "ps,ring", "--steps", "6", *SHORT]
