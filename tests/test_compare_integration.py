@@ -143,7 +143,12 @@ def test_each_strategy_is_judged_at_its_own_hot_ports(compare_run):
 
     run, _ = compare_run
     s = json.loads((run / "summary.json").read_text())["strategies"]
-    assert s["ps"]["worst_queue_port"] == s["ps"]["ps_port"]
+    ps = s["ps"]
+    # the PS is judged where its own traffic goes: its port carries the most, and its worst queue is
+    # one of its hot ports (the PS port, or a spine port into the PS's leaf when ECMP put most of the
+    # incast on one 20 Mbit/s uplink: one CI run dropped 258 there against 165 at the PS port)
+    assert ps["hot_ports"][0]["port"] == ps["ps_port"]
+    assert ps["worst_queue_port"] in {p["port"] for p in ps["hot_ports"]}
     ring = s["ring"]
     assert ring["worst_queue_port"] != s["ps"]["ps_port"], "the ring never uses the PS port"
     assert ring["hot_ports"] and ring["hot_ports"][0]["tx_bytes"] >= ring["hot_ports"][-1]["tx_bytes"]
