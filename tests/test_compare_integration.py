@@ -107,10 +107,26 @@ def test_the_environment_is_recorded(compare_run):
 
 
 def test_timeouts_in_the_captures_agree_with_the_kernel(compare_run):
+    """Per host: a worker's capture finds its kernel's timeouts (within 10 %); a PS host, whose
+    sends wait up to 0.2 s in its own 1000-packet queue, cannot always tell its timer's
+    retransmissions from ACK-clocked ones within TSval's 1 ms (three CI runs: 2 of 4-6 found,
+    the workers exact), so its capture is a lower bound there (README, Limits)."""
     run, _ = compare_run
-    for name, fig in json.loads((run / "summary.json").read_text())["strategies"].items():
-        kernel, pcap = fig["tcp_timeouts_kernel"], fig["tcp_timeouts_pcap"]
-        assert abs(kernel - pcap) <= max(2, 0.1 * kernel), (name, kernel, pcap)
+    summary = json.loads((run / "summary.json").read_text())["strategies"]
+    servers = {sh["host"] for sh in json.loads((run / "ps" / "job.json").read_text())["shards"]}
+    for name, fig in summary.items():
+        kernel = {h: c["kernel"].get("TcpExtTCPTimeouts", 0)
+                  for h, c in json.loads((run / name / "hosts.json").read_text()).items()}
+        pcap = dict.fromkeys(kernel, 0)
+        for ev in json.loads((run / name / "rto_events.json").read_text())["events"]:
+            pcap[ev["host"]] += ev["kind"] != "tlp"
+        assert sum(pcap.values()) == fig["tcp_timeouts_pcap"]
+        assert sum(kernel.values()) == fig["tcp_timeouts_kernel"]
+        for host in kernel:
+            if name == "ps" and host in servers:
+                assert pcap[host] <= kernel[host], (name, host, kernel[host], pcap[host])
+            else:
+                assert abs(kernel[host] - pcap[host]) <= max(2, 0.1 * kernel[host]), (name, kernel, pcap)
     ps = json.loads((run / "summary.json").read_text())["strategies"]["ps"]
     assert ps["tcp_timeouts_kernel"] > 0, "an incast into a 20-packet buffer times out"
 

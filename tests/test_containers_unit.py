@@ -218,6 +218,28 @@ def test_one_unclear_worker_is_read_with_the_others_count(tmp_path, monkeypatch)
     assert [len(s) for s in every] == [6, 6, 6]
 
 
+def test_a_worker_whose_boundaries_stray_from_the_others_is_cut_where_they_agree():
+    """Its own reading cut inside a step's exchange and merged the last two steps (as one of 7 DDP
+    workers did in CI); the others agree, so it is re-cut at its own pauses nearest theirs."""
+    rng = np.random.default_rng(11)
+    print("numpy seed 11")
+    series = [synthetic(6, 0.3, rng) for _ in range(4)]
+    packets = [(ts, np.full(len(ts), 1448), np.ones(len(ts), bool)) for ts in series]
+    right = [rhythm.steps_from_bursts(rhythm.find_bursts(*pk)) for pk in packets]
+    assert [len(s) for s in right] == [6] * 4
+    ts = series[3]
+    gaps = np.diff(ts)
+    cuts = [int(i) + 1 for i in np.nonzero(gaps >= 0.2)[0]]
+    in_step_2 = (ts[:-1] > ts[cuts[1]] + 0.1) & (ts[:-1] < ts[cuts[2]] - 0.2)
+    inside = int(np.nonzero((gaps >= 0.01) & in_step_2)[0][0])
+    wrong = rhythm.steps_from_bursts(rhythm.cut_bursts(ts, *packets[3][1:], sorted([*cuts[:-1], inside + 1])))
+    assert len(wrong) == 6 and wrong[-1].bytes_sent > 1.5 * right[3][-1].bytes_sent
+    got = rhythm.agreed_steps([*right[:3], wrong], packets, 6)
+    assert got[:3] == right[:3]
+    assert [(s.t_start, s.t_end, s.bytes_sent) for s in got[3]] == [(s.t_start, s.t_end, s.bytes_sent)
+                                                                  for s in right[3]]
+
+
 def test_losses_are_read_from_what_the_script_printed():
     out = "world 7\nstep 1 loss 2.3100 time 1.0\nstep 2 loss=2.25\nepoch 1: Loss: 1e-1\n"
     losses = rhythm.losses_from_output(out)
