@@ -12,7 +12,10 @@ Bursts that carry under SMALL_BURST_SHARE of the median burst's bytes (a rendezv
 barrier) are not steps. Every worker of a synchronous job takes the same steps: steps_of_job reads
 each worker's capture with the number of steps most captures show (a capture whose pauses are less
 clear is read with the others' count, its pauses picked one per period, and one whose step
-boundaries stray from the others' is cut at its own pauses nearest theirs). The first burst (DDP's
+boundaries stray from the others' is cut at its own pauses nearest theirs). A script that prints a
+line a step says where its steps end: the runner notes when it read each line, and each worker is then
+cut at its longest pause around each of those moments (steps_at_lines), the only reading that holds
+when a step's exchange pauses longer inside than the compute between steps. The first burst (DDP's
 broadcast of the initial parameters, or the first step's exchange) starts the clock: step k runs
 from the end of burst k-1 to the end of burst k, its compute being the quiet gap and its
 communication the burst.
@@ -159,6 +162,74 @@ def periodic_bursts(ts: np.ndarray, plen: np.ndarray, outgoing: np.ndarray, n_st
     return found
 
 
+def line_times(said: list[tuple[int, float]], n: int) -> list[float] | None:
+    """When the lines `step 1..n` (or 0..n-1) were read, when the script printed exactly those, one a
+    step, in order and at distinct moments; None otherwise (its stdout came in blocks, or another count)."""
+    ks = [k for k, _ in said]
+    times = [t for _, t in said]
+    if n < 1 or len(said) != n or ks[0] not in (0, 1):
+        return None
+    if any(b != a + 1 for a, b in zip(ks, ks[1:], strict=False)):
+        return None
+    if any(b <= a for a, b in zip(times, times[1:], strict=False)):
+        return None
+    return times
+
+
+def steps_at_lines(ts: np.ndarray, plen: np.ndarray, outgoing: np.ndarray,
+                   times: list[float]) -> list[RhythmStep] | None:
+    """A worker's steps when its script printed a line at the end of each (times: when each was read).
+
+    Step k ends at the longest pause (at least MIN_STEP_GAP_S) that overlaps a quarter period around
+    line k's moment: the compute pause the line was printed in, whatever the line's delay or the
+    worker's last sends still on the wire. Step 1 starts at first_pause. None when a line has no
+    pause near it (the traffic does not fit the lines)."""
+    if len(ts) < 2 or not times:
+        return None
+    gaps = np.diff(ts)
+    per = float(statistics.median(np.diff(times))) if len(times) > 1 else times[0] - float(ts[0])
+    w = 0.25 * per
+    after = np.append(gaps, np.inf)  # the capture's end is a pause too: the last step's line may end it
+    nxt = np.append(ts[1:], np.inf)
+    cuts: list[int] = []
+    for t in times:
+        near = np.nonzero((after >= MIN_STEP_GAP_S) & (nxt >= t - w) & (ts <= t + w))[0]
+        if not near.size:
+            return None
+        cuts.append(int(near[np.argmax(after[near])]))
+    if any(b <= a for a, b in zip(cuts, cuts[1:], strict=False)) or cuts[0] == 0:
+        return None
+    first = first_pause(gaps, plen, cuts)
+    if first is None:
+        return None
+    out = []
+    for k, (a, b) in enumerate(zip([first, *cuts[:-1]], cuts, strict=True), start=1):
+        part = slice(a + 1, b + 1)  # step k's packets: after pause a, up to pause b
+        sent = int(plen[part][outgoing[part]].sum())
+        out.append(RhythmStep(k, float(ts[a]), float(ts[b]), float(gaps[a]), float(ts[b] - ts[a + 1]), sent,
+                              int(plen[part].sum()) - sent))
+    return out
+
+
+def first_pause(gaps: np.ndarray, plen: np.ndarray, cuts: list[int]) -> int | None:
+    """Where step 1 starts, given where every step ends (`cuts`, gap indices): of the pauses before its
+    end, after the last idle (LONG_IDLE_S), the one that leaves step 1 the bytes the other steps
+    carried (median; every step of a synchronous job moves the same gradient), the longer of two
+    equal; with one step, the last idle or else the longest pause. None: no pause before it."""
+    lo = np.nonzero(gaps[:cuts[0]] >= LONG_IDLE_S)[0]
+    cand = np.nonzero(gaps[:cuts[0]] >= MIN_STEP_GAP_S)[0]
+    cand = cand[cand >= lo[-1]] if lo.size else cand
+    if not cand.size:
+        return None
+    if len(cuts) < 2:
+        return int(lo[-1]) if lo.size else int(cand[np.argmax(gaps[cand])])
+    csum = np.concatenate([[0], np.cumsum(plen)])  # csum[i]: bytes of packets before i
+    typical = statistics.median(int(csum[b + 1] - csum[a + 1]) for a, b in zip(cuts, cuts[1:], strict=False))
+    miss = np.abs((csum[cuts[0] + 1] - csum[cand + 1]) - typical)
+    best = cand[miss == miss.min()]
+    return int(best[np.argmax(gaps[best])])
+
+
 def steps_from_output(text: str) -> int | None:
     """How many steps a script said it took: its lines `step K ...` when K counts up by one from 0 or 1
     (one line a step, as the shipped DDP example prints); None when it prints no such count."""
@@ -168,20 +239,32 @@ def steps_from_output(text: str) -> int | None:
     return len(ks)
 
 
-def steps_of_job(captures: list[tuple[Path, str]], n_steps: int | None = None) -> list[list[RhythmStep]]:
+def steps_of_job(captures: list[tuple[Path, str]], n_steps: int | None = None,
+                 step_lines: list[list[tuple[int, float]]] | None = None) -> list[list[RhythmStep]]:
     """Every worker's steps of one synchronous job, from each worker's own capture (path, its IP).
 
     Every worker takes the same steps, so their number is the median of what each capture shows on
     its own (steps_from_pcap); each worker's steps are then the bursts between that many of its
     longest pauses, one per period (periodic_bursts), so a capture whose pauses are less clear than
     the others' is read with what the others show. `n_steps`, when the script said how many steps it
-    took (steps_from_output), is that number: the traffic then gives only each step's times."""
+    took (steps_from_output), is that number: the traffic then gives only each step's times, cut at
+    the moments each worker's lines were read (`step_lines`: per capture, (K, when) of each `step K`
+    line) where they fit (steps_at_lines)."""
     packets = [data_packets(path, ip) for path, ip in captures]
     alone = [len(steps_from_bursts(find_bursts(*pk))) for pk in packets if pk is not None]
     if not alone:
         return [[] for _ in captures]
     n = n_steps or int(round(statistics.median(alone)))
-    steps = [steps_from_bursts(periodic_bursts(*pk, n)) if pk is not None and n else [] for pk in packets]
+    said = step_lines or [[] for _ in captures]
+    steps, by_lines = [], []
+    for pk, lines in zip(packets, said, strict=True):
+        times = line_times(lines, n) if n_steps else None
+        at_lines = steps_at_lines(*pk, times) if pk is not None and times else None
+        by_lines.append(at_lines is not None)
+        steps.append(at_lines if at_lines is not None
+                     else steps_from_bursts(periodic_bursts(*pk, n)) if pk is not None and n else [])
+    if all(by_lines):
+        return steps
     return agreed_steps(steps, packets, n)
 
 

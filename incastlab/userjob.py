@@ -7,25 +7,29 @@ host's own interface, under the host's CPU and memory limits. The command gets t
 `torchrun` gives a one-process-per-node job (RANK, WORLD_SIZE, LOCAL_RANK=0, LOCAL_WORLD_SIZE=1,
 GROUP_RANK, ROLE_RANK, ROLE_WORLD_SIZE, MASTER_ADDR = rank 0's host address, MASTER_PORT,
 TORCHELASTIC_RUN_ID, TORCHELASTIC_RESTART_COUNT, TORCHELASTIC_MAX_RESTARTS) and GLOO_SOCKET_IFNAME =
-the host's fabric interface. Its stdout and stderr go to worker-<rank>.stdout / .stderr.
+the host's fabric interface (and PYTHONUNBUFFERED=1, so a line reaches us when it is printed). Its
+stdout and stderr go to worker-<rank>.stdout / .stderr; the moment each `step K` line of its stdout is
+read goes to worker-<rank>.step_lines.jsonl.
 
 The script logs nothing incastlab reads, so after the job its steps are read off each worker's own
-capture (analysis.rhythm) and written as the strategy's worker-<rank>.jsonl, with the losses the
-script printed (lines with `loss <number>`), so the summary and the report treat it like the
-built-in strategies.
+capture (analysis.rhythm), cut where its step lines were read when it prints one a step, and written
+as the strategy's worker-<rank>.jsonl, with the losses the script printed (lines with
+`loss <number>`), so the summary and the report treat it like the built-in strategies.
 """
 
 from __future__ import annotations
 
 import subprocess
+import threading
 import time
-from typing import Any
+from pathlib import Path
+from typing import IO, Any
 
 from incastlab.follow import Tracked
 from runmodel.config import ExperimentConfig
 from runmodel.folder import StrategyFolder
 from runmodel.job import JobSpec
-from runmodel.records import JsonlWriter, StepRecord, WorkerDone
+from runmodel.records import JsonlWriter, StepLine, StepRecord, WorkerDone, read_step_lines
 from topologies.containers import HOST_LABEL, MARKER, RUN_LABEL, docker_bin, remove_containers
 
 STOP_GRACE_S = 5.0
@@ -47,21 +51,44 @@ def torchrun_env(job: JobSpec, rank: int, run_id: str) -> dict[str, str]:
             "GLOO_SOCKET_IFNAME": rj.ifname}
 
 
+def copy_lines(pipe: IO[bytes], out: Path, step_lines: Path) -> None:
+    """Copy a job's stdout into `out` line by line and note when each `step K` line was read: the
+    moment its step ended, which the traffic alone cannot always tell (a DDP step's exchange can
+    pause longer inside than between steps)."""
+    from analysis.rhythm import STEP_RE
+
+    with open(out, "wb") as fout, JsonlWriter(step_lines) as said:
+        for raw in iter(pipe.readline, b""):
+            t = time.time()
+            fout.write(raw)
+            fout.flush()
+            m = STEP_RE.search(raw.decode(errors="replace"))
+            if m:
+                said.write(StepLine(int(m.group(1)), t))
+    pipe.close()
+
+
 class JobProc:
     """One job container's `docker run` (attached: it exits with the command's exit code), handled like
-    a Popen; terminate and kill go to the container."""
+    a Popen; terminate and kill go to the container. Its stdout is copied by a thread (copy_lines)."""
 
-    def __init__(self, argv: list[str], name: str, stdout: Any, stderr: Any) -> None:
+    def __init__(self, argv: list[str], name: str, stdout: Path, step_lines: Path, stderr: Any) -> None:
         self.name = name
-        self.client = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr)
+        self.client = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=stderr)
+        assert self.client.stdout is not None
+        self.copier = threading.Thread(target=copy_lines, args=(self.client.stdout, stdout, step_lines),
+                                       name=f"stdout-{name}", daemon=True)
+        self.copier.start()
 
     def poll(self) -> int | None:
         """The command's exit code, or None while it runs."""
         return self.client.poll()
 
     def wait(self, timeout: float | None = None) -> int:
-        """Wait for the exit code."""
-        return self.client.wait(timeout)
+        """Wait for the exit code (and, briefly, for the rest of its stdout)."""
+        code = self.client.wait(timeout)
+        self.copier.join(timeout=5)
+        return code
 
     def _docker(self, *args: str) -> None:
         try:
@@ -100,7 +127,8 @@ class JobLauncher:
         args = [docker_bin() or "docker", "run", "--rm", "--name", job_container(rj.host),
                 "--network", f"container:{host_box.name}", "--label", f"{RUN_LABEL}={run}",
                 "--label", f"{HOST_LABEL}={rj.host}", "-e", f"{MARKER}={run}",
-                "-e", f"INCASTLAB_OUT={self.folder.path}", *host_box.limits.docker_args()]
+                "-e", f"INCASTLAB_OUT={self.folder.path}", "-e", "PYTHONUNBUFFERED=1",
+                *host_box.limits.docker_args()]
         for k, v in torchrun_env(self.job, rank, f"incastlab-{self.folder.name}").items():
             args += ["-e", f"{k}={v}"]
         for m in host_box.mounts:
@@ -112,10 +140,10 @@ class JobLauncher:
         self.job.write(self.folder.job_file)
         for rj in self.job.ranks:
             err = self.folder.worker_stderr(rj.rank)
-            out = err.with_suffix(".stdout")
             name = job_container(rj.host)
-            with open(out, "wb") as fout, open(err, "wb") as ferr:
-                proc = JobProc(self.run_args(rj.rank), name, fout, ferr)
+            with open(err, "wb") as ferr:
+                proc = JobProc(self.run_args(rj.rank), name, self.folder.worker_stdout(rj.rank),
+                               self.folder.step_lines(rj.rank), ferr)
             self.popens.append(proc)
             self.procs.append(Tracked("worker", rj.rank, rj.host, proc, err, container=name))
         return self.procs
@@ -164,12 +192,14 @@ class JobLauncher:
         outs = []
         for rj in self.job.ranks:
             try:
-                outs.append(self.folder.worker_stderr(rj.rank).with_suffix(".stdout").read_text(errors="replace"))
+                outs.append(self.folder.worker_stdout(rj.rank).read_text(errors="replace"))
             except OSError:
                 outs.append("")
         said = [n for n in map(steps_from_output, outs) if n]  # a script that prints a line a step
+        lines = [[(sl.step, sl.t) for sl in read_step_lines(self.folder.step_lines(rj.rank))]
+                 for rj in self.job.ranks]
         every = steps_of_job([(self.folder.pcap(rj.host), plan.host(rj.host).ip) for rj in self.job.ranks],
-                             n_steps=max(said, key=said.count) if said else None)
+                             n_steps=max(said, key=said.count) if said else None, step_lines=lines)
         for rj, steps, out in zip(self.job.ranks, every, outs, strict=True):
             losses = losses_from_output(out)
             with JsonlWriter(self.folder.worker_log(rj.rank)) as log:

@@ -58,6 +58,14 @@ class StrategyFolder:
         """worker-<rank>.stderr."""
         return self.path / f"worker-{rank}.stderr"
 
+    def worker_stdout(self, rank: int) -> Path:
+        """worker-<rank>.stdout: what a user's job printed (the built-in workers print nothing)."""
+        return self.path / f"worker-{rank}.stdout"
+
+    def step_lines(self, rank: int) -> Path:
+        """worker-<rank>.step_lines.jsonl: when each `step K` line of a user's job was read."""
+        return self.path / f"worker-{rank}.step_lines.jsonl"
+
     def shard_log(self, k: int) -> Path:
         """Events of PS shard k: ps.jsonl for the first (the only one of an unsharded PS)."""
         return self.path / ("ps.jsonl" if k == 0 else f"ps-{k}.jsonl")

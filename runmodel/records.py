@@ -167,6 +167,31 @@ def read_worker_log(path: Path, rank: int, problems: list[str] | None = None) ->
     return log
 
 
+# -- a job's step lines: <strategy>/worker-<rank>.step_lines.jsonl ------------------------------------
+@dataclass(frozen=True)
+class StepLine:
+    """When the runner read a user's job's line `step K ...` from its stdout (wall clock, like the
+    pcaps): the step had ended just before, so its exchange is the burst before this moment."""
+
+    step: int
+    t: float
+
+    def to_dict(self) -> dict[str, Any]:
+        """The log line."""
+        return asdict(self)
+
+
+def read_step_lines(path: Path, problems: list[str] | None = None) -> list[StepLine]:
+    """Step lines in the order they were read."""
+    out = []
+    for row in read_jsonl(path, problems):
+        try:
+            out.append(_known(StepLine, row))
+        except TypeError:
+            continue
+    return out
+
+
 # -- parameter-server log: <strategy>/ps.jsonl ----------------------------------------------------
 @dataclass(frozen=True)
 class PsUpdate:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import os
+import time
 
 import numpy as np
 import pytest
@@ -269,3 +271,51 @@ def test_the_job_takes_the_scripts_step_count_and_the_traffic_gives_the_times(tm
     out = rng.random(len(ts)) < 0.5
     got = rhythm.steps_from_bursts(rhythm.periodic_bursts(ts, plen, out, 6))
     assert len(got) == 6
+
+
+def test_where_the_traffic_misleads_the_step_lines_cut_each_step():
+    """A CI run's DDP job: its first exchange paused inside longer than a compute pause, and a later
+    compute pause was short, so the pauses alone cut step 1 in two and merged two steps; the moments
+    the script's `step K` lines were read put every cut in its own pause."""
+    rng = np.random.default_rng(13)
+    print("numpy seed 13")
+    ts, ends, t = [], [], 100.0
+    for k, compute in enumerate([0.0, 0.3, 0.3, 0.3, 0.3, 0.06, 0.3]):  # k = 0: DDP's broadcast
+        t += compute
+        for i in range(600):
+            t += rng.exponential(0.0006) + (0.45 if k == 1 and i == 300 else 0.0)
+            ts.append(t)
+        ends.append(t)
+    ts_a = np.array(ts)
+    plen = np.full(len(ts_a), 1448)
+    out = np.arange(len(ts_a)) % 2 == 0
+    wrong = rhythm.steps_from_bursts(rhythm.periodic_bursts(ts_a, plen, out, 6))
+    assert len(wrong) == 6 and min(s.bytes_sent for s in wrong) < 200 * 1448  # step 1 cut in two
+    said = [(k, end + rng.uniform(0.0, 0.03)) for k, end in enumerate(ends[1:], start=1)]
+    got = rhythm.steps_at_lines(ts_a, plen, out, rhythm.line_times(said, 6))
+    assert got is not None and len(got) == 6
+    assert [round(s.t_end, 6) for s in got] == [round(e, 6) for e in ends[1:]]
+    assert all(s.bytes_sent == 300 * 1448 for s in got)
+    assert abs(got[4].compute_s - 0.06) < 0.01 and got[0].comm_s > 0.45
+
+
+def test_step_lines_out_of_order_or_in_a_block_are_not_used():
+    assert rhythm.line_times([(1, 1.0), (2, 2.0), (3, 3.0)], 3) == [1.0, 2.0, 3.0]
+    assert rhythm.line_times([(1, 1.0), (2, 2.0)], 3) is None
+    assert rhythm.line_times([(1, 1.0), (3, 2.0), (4, 3.0)], 3) is None
+    assert rhythm.line_times([(1, 5.0), (2, 5.0), (3, 5.0)], 3) is None  # read in one block: no moments
+
+
+def test_a_jobs_stdout_is_copied_and_its_step_lines_timed(tmp_path):
+    from incastlab.userjob import copy_lines
+    from runmodel.records import read_step_lines
+
+    r, w = os.pipe()
+    with os.fdopen(w, "wb") as fw:
+        fw.write(b"world 7\nstep 1 loss 2.3 time 1.0\nstep 2 loss 2.2 time 1.0\nno newline at the end")
+    before = time.time()
+    with os.fdopen(r, "rb") as fr:
+        copy_lines(fr, tmp_path / "w.stdout", tmp_path / "w.step_lines.jsonl")
+    assert (tmp_path / "w.stdout").read_bytes().endswith(b"time 1.0\nno newline at the end")
+    lines = read_step_lines(tmp_path / "w.step_lines.jsonl")
+    assert [sl.step for sl in lines] == [1, 2] and all(before <= sl.t <= time.time() for sl in lines)
