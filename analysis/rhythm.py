@@ -13,9 +13,10 @@ barrier) are not steps. Every worker of a synchronous job takes the same steps: 
 each worker's capture with the number of steps most captures show (a capture whose pauses are less
 clear is read with the others' count, its pauses picked one per period, and one whose step
 boundaries stray from the others' is cut at its own pauses nearest theirs). A script that prints a
-line a step says where its steps end: the runner notes when it read each line, and each worker is then
-cut at its longest pause around each of those moments (steps_at_lines), the only reading that holds
-when a step's exchange pauses longer inside than the compute between steps. The first burst (DDP's
+line a step says where its steps end: the runner notes when it read each line, and each worker's step
+then ends with the last packet it received before that moment (steps_at_lines), the only reading that
+holds when a step's exchange pauses longer inside than between steps, or its next exchange begins
+before its compute ends (DDP's buckets). The first burst (DDP's
 broadcast of the initial parameters, or the first step's exchange) starts the clock: step k runs
 from the end of burst k-1 to the end of burst k, its compute being the quiet gap and its
 communication the burst.
@@ -180,33 +181,32 @@ def steps_at_lines(ts: np.ndarray, plen: np.ndarray, outgoing: np.ndarray,
                    times: list[float]) -> list[RhythmStep] | None:
     """A worker's steps when its script printed a line at the end of each (times: when each was read).
 
-    Step k ends at the longest pause (at least MIN_STEP_GAP_S) that overlaps a quarter period around
-    line k's moment: the compute pause the line was printed in, whatever the line's delay or the
-    worker's last sends still on the wire. Step 1 starts at first_pause. None when a line has no
-    pause near it (the traffic does not fit the lines)."""
+    Step k ends with the last data packet the worker received before line k was read: the script
+    prints once its step's exchange is done, and the line reaches us within milliseconds (measured
+    in CI: 0-9 ms after that packet). Its pauses cannot say this: DDP sends a step's first buckets
+    while backward still runs and a ring neighbour ahead of it sends early, so the pause between two
+    steps is often broken, and an exchange can pause longer inside (CI runs: cuts up to 0.3 s off).
+    Step 1 starts at first_pause; compute_s is a step's longest pause, comm_s the rest. None when a
+    line has no received packet before it that the previous line had not (the traffic does not fit)."""
     if len(ts) < 2 or not times:
         return None
-    gaps = np.diff(ts)
-    per = float(statistics.median(np.diff(times))) if len(times) > 1 else times[0] - float(ts[0])
-    w = 0.25 * per
-    after = np.append(gaps, np.inf)  # the capture's end is a pause too: the last step's line may end it
-    nxt = np.append(ts[1:], np.inf)
-    cuts: list[int] = []
-    for t in times:
-        near = np.nonzero((after >= MIN_STEP_GAP_S) & (nxt >= t - w) & (ts <= t + w))[0]
-        if not near.size:
-            return None
-        cuts.append(int(near[np.argmax(after[near])]))
+    received = np.nonzero(~outgoing)[0]
+    at = np.searchsorted(ts[received], np.asarray(times), side="right") - 1
+    if at[0] < 0:
+        return None
+    cuts = [int(i) for i in received[at]]
     if any(b <= a for a, b in zip(cuts, cuts[1:], strict=False)) or cuts[0] == 0:
         return None
+    gaps = np.diff(ts)
     first = first_pause(gaps, plen, cuts)
     if first is None:
         return None
     out = []
     for k, (a, b) in enumerate(zip([first, *cuts[:-1]], cuts, strict=True), start=1):
-        part = slice(a + 1, b + 1)  # step k's packets: after pause a, up to pause b
+        part = slice(a + 1, b + 1)  # step k's packets: after packet a, up to packet b
         sent = int(plen[part][outgoing[part]].sum())
-        out.append(RhythmStep(k, float(ts[a]), float(ts[b]), float(gaps[a]), float(ts[b] - ts[a + 1]), sent,
+        pause = float(gaps[a:b].max())
+        out.append(RhythmStep(k, float(ts[a]), float(ts[b]), pause, float(ts[b] - ts[a]) - pause, sent,
                               int(plen[part].sum()) - sent))
     return out
 

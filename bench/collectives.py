@@ -499,6 +499,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--workers", type=int, default=7)
     ap.add_argument("--host-mbit", type=float, default=20.0, help="host links and uplinks, Mbit/s")
     ap.add_argument("--buffer", type=int, default=20, help="switch port buffers, packets")
+    ap.add_argument("--cc", default="cubic", help="TCP congestion control in every host (default cubic)")
+    ap.add_argument("--rto-min-ms", type=float, default=None, help="minimum RTO in every host, ms")
     ap.add_argument("--no-probes", action="store_true", help="skip the α probes")
     ap.add_argument("--out", default="results/bench.json")
     return ap.parse_args(argv)
@@ -540,13 +542,21 @@ def main(argv: list[str] | None = None) -> int:
     from runmodel.config import ControllerOptions, ExperimentConfig
     from runmodel.fabric import FabricSpec, build_plan
     from runmodel.job import JobSpec, RankJob, ShardJob
+    from runmodel.params import ParamError
+    from topologies.hosttcp import check_cc, check_rto_min
 
     args = parse_args(argv)
     terminate_as_interrupt()
     t_wall = time.monotonic()
-    spec = FabricSpec(host_mbit=args.host_mbit, uplink_mbit=args.host_mbit, buffer_pkts=args.buffer)
-    cfg = ExperimentConfig(fabric=spec, workers=args.workers, strategies=("ring",))
-    cfg.validate()
+    try:
+        spec = FabricSpec(host_mbit=args.host_mbit, uplink_mbit=args.host_mbit, buffer_pkts=args.buffer)
+        cfg = ExperimentConfig(fabric=spec, workers=args.workers, strategies=("ring",))
+        cfg.validate()
+        check_cc(args.cc)
+        check_rto_min(args.rto_min_ms)
+    except ParamError as exc:
+        print(f"bench: {exc}", file=sys.stderr)
+        return 2
     hosts = cfg.worker_hosts
     n = len(hosts)
     sizes, warm, iters, coll, rounds = plan_sweep(args, n)
@@ -559,7 +569,8 @@ def main(argv: list[str] | None = None) -> int:
         f"{len(sizes)} sizes x {', '.join(coll)}, {len(rounds)} PS rounds; run folder {folder}"
     )
     probes: dict[str, Any] = {}
-    with fabric_session(plan, ControllerOptions(), folder, progress=say, tcp=("cubic", None)) as sess:
+    tcp = (args.cc, args.rto_min_ms)
+    with fabric_session(plan, ControllerOptions(), folder, progress=say, tcp=tcp) as sess:
         procs = Procs(sess, folder)
         try:
             if not args.no_probes:
@@ -700,6 +711,8 @@ def report(
             "hosts_per_leaf": spec.hosts_per_leaf,
             "link_mbit": args.host_mbit,
             "buffer_pkts": spec.buffer_pkts,
+            "cc": args.cc,
+            "rto_min_ms": args.rto_min_ms if args.rto_min_ms is not None else 200.0,
             "workers": n,
             "worker_hosts": hosts,
             "ps_host": spec.ps_host,

@@ -274,29 +274,32 @@ def test_the_job_takes_the_scripts_step_count_and_the_traffic_gives_the_times(tm
 
 
 def test_where_the_traffic_misleads_the_step_lines_cut_each_step():
-    """A CI run's DDP job: its first exchange paused inside longer than a compute pause, and a later
-    compute pause was short, so the pauses alone cut step 1 in two and merged two steps; the moments
-    the script's `step K` lines were read put every cut in its own pause."""
+    """Two CI runs' DDP jobs: the first exchange paused inside longer than a compute pause, one compute
+    pause was short, and the next step's first buckets left while backward still ran, so neither the
+    pauses alone (step 1 cut in two) nor the longest pause near each line (cuts 0.3 s off) gave the
+    steps; the last packet received before each line does."""
     rng = np.random.default_rng(13)
     print("numpy seed 13")
-    ts, ends, t = [], [], 100.0
+    ts, out, ends, t = [], [], [], 100.0
     for k, compute in enumerate([0.0, 0.3, 0.3, 0.3, 0.3, 0.06, 0.3]):  # k = 0: DDP's broadcast
-        t += compute
         for i in range(600):
+            early = k > 1 and i < 20  # the first bucket, sent half-way through backward
+            t += (compute / 2 if i in (0, 20) and k > 1 else compute if i == 0 else 0.0)
             t += rng.exponential(0.0006) + (0.45 if k == 1 and i == 300 else 0.0)
             ts.append(t)
+            out.append(early or i % 2 == 0)
         ends.append(t)
-    ts_a = np.array(ts)
+    ts_a, out_a = np.array(ts), np.array(out)
     plen = np.full(len(ts_a), 1448)
-    out = np.arange(len(ts_a)) % 2 == 0
-    wrong = rhythm.steps_from_bursts(rhythm.periodic_bursts(ts_a, plen, out, 6))
-    assert len(wrong) == 6 and min(s.bytes_sent for s in wrong) < 200 * 1448  # step 1 cut in two
-    said = [(k, end + rng.uniform(0.0, 0.03)) for k, end in enumerate(ends[1:], start=1)]
-    got = rhythm.steps_at_lines(ts_a, plen, out, rhythm.line_times(said, 6))
+    wrong = rhythm.steps_from_bursts(rhythm.periodic_bursts(ts_a, plen, out_a, 6))
+    assert len(wrong) == 6 and min(s.bytes_sent + s.bytes_recv for s in wrong) < 400 * 1448
+    said = [(k, end + rng.uniform(0.0, 0.01)) for k, end in enumerate(ends[1:], start=1)]
+    got = rhythm.steps_at_lines(ts_a, plen, out_a, rhythm.line_times(said, 6))
     assert got is not None and len(got) == 6
     assert [round(s.t_end, 6) for s in got] == [round(e, 6) for e in ends[1:]]
-    assert all(s.bytes_sent == 300 * 1448 for s in got)
-    assert abs(got[4].compute_s - 0.06) < 0.01 and got[0].comm_s > 0.45
+    assert all(s.bytes_sent + s.bytes_recv == 600 * 1448 for s in got)
+    halves = [c / 2 for c in (0.3, 0.3, 0.3, 0.06, 0.3)]
+    assert all(abs(s.compute_s - c) < 0.01 for s, c in zip(got[1:], halves, strict=True))
 
 
 def test_step_lines_out_of_order_or_in_a_block_are_not_used():
