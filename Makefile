@@ -40,7 +40,7 @@ compare:         ## the main job: PS vs ring all-reduce on the default fabric, r
 straggler:       ## sync / async / SSP / backup workers with one straggler
 	$(IL) straggler $(ARGS)
 
-mitigate:        ## incast cures: PS with a 1 ms minimum RTO, sharded over 2 and 4 hosts, vs PS and ring
+mitigate:        ## incast cures: PS with a 1 ms minimum RTO, serial replies, sharded over 2 and 4 hosts, vs PS and ring
 	$(IL) mitigate $(ARGS)
 
 incast:          ## the incast curve: goodput vs number of senders, 200 ms vs 1 ms RTO and other cures

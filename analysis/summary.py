@@ -445,7 +445,8 @@ def comparison_table(summary: RunSummary) -> str:
             ("tcp_timeouts_kernel", "RTOs (kernel)", "{:d}"),
             ("tcp_timeouts_pcap", "RTOs (pcap)", "{:d}"),
             ("busiest_link_utilisation", "busiest link", "{:.0%}")]
-    head = f"{'strategy':<10}" + "".join(f"{c[1]:>15}" for c in cols)
+    w = max([len("strategy"), *map(len, summary.strategies)]) + 2  # a variant's name fits its column
+    head = f"{'strategy':<{w}}" + "".join(f"{c[1]:>15}" for c in cols)
     rows = [head, "-" * len(head)]
     for name, fig in summary.strategies.items():
         cells = []
@@ -453,5 +454,5 @@ def comparison_table(summary: RunSummary) -> str:
             v = getattr(fig, key)
             cells.append(f"{fmt.format(v):>15}" if isinstance(v, int | float) else f"{'-':>15}")
         note = "" if fig.state == "complete" else f"  ({fig.state})"
-        rows.append(f"{name:<10}" + "".join(cells) + note)
+        rows.append(f"{name:<{w}}" + "".join(cells) + note)
     return "\n".join(rows)

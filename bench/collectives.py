@@ -189,7 +189,7 @@ def run_sweep(
         lines = [json.loads(ln) for ln in rank0.read_text().splitlines() if ln.strip().endswith("}")]
         for d in lines[shown:]:
             n = len(d["t_end"])
-            t = (d["t_end"][-1] - d["t_start"]) / n if n else float("nan")
+            t = sweep.measure([d])["time_s"] if n else float("nan")
             say(
                 f"{d['collective']:<26} {sweep.size_label(d['size_bytes']):>7}: {t:8.3f} s a step "
                 f"({n} timed, rank 0)"
@@ -655,6 +655,7 @@ def main(argv: list[str] | None = None) -> int:
     doc["wall_time_s"] = round(time.monotonic() - t_wall, 1)
     out = Path(args.out)
     write_json(out, doc)
+    print(f"fidelity: {doc['fidelity']['said'] or 'no CPU samples, no probes'}")
     print(sweep.table(doc["collectives"], n))
     print()
     print("α–β fit: t = α · steps + β · link bytes (β·B = 1: the link at its configured rate)")
@@ -725,6 +726,11 @@ def report(
     if probes and "ring" in fits:
         doc["alpha_breakdown"] = sweep.alpha_breakdown(probes, fits["ring"], n, counters, _cores())
     doc["largest"] = sweep.largest_summary(rows, n)
+    inside = [c.switch for c in samples if window[0] <= c.t <= window[1] + 1.0 and c.switch is not None]
+    ceiling = (probes.get("tcp_ceiling") or {}).get("mean_goodput_over_link")
+    ring_rows = [r for r in rows if r["collective"] == "ring"]
+    doc["fidelity"] = sweep.fidelity(inside, ceiling,
+                                     max(ring_rows, key=lambda r: r["size_bytes"]) if ring_rows else None)
     return doc
 
 

@@ -1,8 +1,9 @@
 """The arithmetic of `make bench`'s collective sweep, without a network: rows, the α–β fit, the table.
 
-Times: for every iteration, the moment the last rank finished it (all ranks share the machine's
-clock); an iteration's time is that moment minus the previous one (the first: minus the latest
-rank's start after the barrier). `time_s` is their mean, `min_time_s` the smallest.
+Times: ring and gloo run their timed iterations in turn, each after a barrier; an iteration's time is
+the moment the last rank finished it minus the moment the last rank started it (all ranks share the
+machine's clock). The PS rounds run back to back: an iteration is the last rank's end minus the one
+before. `time_s` is their mean, `min_time_s` the smallest; ring against gloo is judged pair by pair.
 
 Bandwidths as nccl-tests computes them: algbw = S / t, busbw = algbw * 2 (N - 1) / N (the factor
 that makes an optimal all-reduce's busbw equal to the link rate), S the payload bytes of one
@@ -61,17 +62,42 @@ def algo_of(name: str) -> Algo:
     return Algo("ps", int(kw.get("shards", 1)), kw.get("placement") == "colocated")
 
 
-def measure(records: list[dict[str, Any]]) -> dict[str, float]:
-    """time_s (mean), min_time_s, iters from every rank's record of one (collective, size)."""
+def iteration_times(records: list[dict[str, Any]]) -> list[float]:
+    """Every timed iteration's time from every rank's record of one (collective, size): with each
+    iteration's start (`t_starts`, after its barrier), the last rank's end minus the last rank's
+    start; without (back to back, the PS rounds), the last rank's end minus the one before (the
+    first: minus the latest rank's start)."""
     if not records:
         raise ValueError("no records")
     n_iters = min(len(r["t_end"]) for r in records)
     if n_iters < 1:
         raise ValueError("no timed iterations")
-    start = max(r["t_start"] for r in records)
     ends = [max(r["t_end"][k] for r in records) for k in range(n_iters)]
-    diffs = [ends[0] - start] + [ends[k] - ends[k - 1] for k in range(1, n_iters)]
-    return {"time_s": (ends[-1] - start) / n_iters, "min_time_s": min(diffs), "iters": n_iters}
+    if all("t_starts" in r for r in records):
+        return [ends[k] - max(r["t_starts"][k] for r in records) for k in range(n_iters)]
+    start = max(r["t_start"] for r in records)
+    return [ends[0] - start] + [ends[k] - ends[k - 1] for k in range(1, n_iters)]
+
+
+def measure(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """time_s (mean), min_time_s, iters and every iteration's time (`times_s`) of one (collective, size)."""
+    times = iteration_times(records)
+    return {"time_s": sum(times) / len(times), "min_time_s": min(times), "iters": len(times),
+            "times_s": times}
+
+
+def paired(ring_times: list[float], gloo_times: list[float]) -> dict[str, Any]:
+    """Ring against gloo at one size, iteration by iteration (they ran in turn): the median of the
+    paired time ratios, their range, and a verdict: faster (every pair), slower (every pair), or tied
+    (pairs on both sides of 1: the difference is within what the machine's pace varies)."""
+    ratios = sorted(r / g for r, g in zip(ring_times, gloo_times, strict=False) if g > 0)
+    if not ratios:
+        raise ValueError("no pairs")
+    mid = len(ratios) // 2
+    median = ratios[mid] if len(ratios) % 2 else (ratios[mid - 1] + ratios[mid]) / 2
+    verdict = "faster" if ratios[-1] < 1 else "slower" if ratios[0] > 1 else "tied"
+    return {"ring_over_gloo": round(median, 4), "ring_over_gloo_lo": round(ratios[0], 4),
+            "ring_over_gloo_hi": round(ratios[-1], 4), "ring_vs_gloo": verdict, "pairs": len(ratios)}
 
 
 def bandwidths(size: float, n: int, t: float, link_mbit: float) -> dict[str, float]:
@@ -158,6 +184,7 @@ def build_rows(
             "iters": m["iters"],
             "time_s": round(m["time_s"], 5),
             "min_time_s": round(m["min_time_s"], 5),
+            "times_s": [round(t, 5) for t in m.get("times_s", [])],
         }
         row.update({k: round(v, 4) for k, v in bandwidths(size, n, m["time_s"], link_mbit).items()})
         if algo_of(name).kind == "ps":
@@ -175,13 +202,16 @@ def order(name: str) -> int:
 def add_ratios(rows: list[dict[str, Any]], fits: dict[str, dict[str, Any]], n: int, link_mbit: float) -> None:
     """PS rows: ps/ring measured, in theory (push-then-pull over the ring's bound), at their full-
     duplex bounds, and as the α–β model predicts; ratio_error = |measured - theory| / theory.
-    Every row: ring/gloo time ratio at its size (`over_gloo` for ring rows)."""
+    Ring rows: ring against gloo at their size (`paired`, or the means' ratio without iteration times)."""
     ring = {r["size_bytes"]: r for r in rows if r["collective"] == "ring"}
     gloo = {r["size_bytes"]: r for r in rows if r["collective"] == "gloo"}
     for r in rows:
         size = r["size_bytes"]
         if r["collective"] == "ring" and size in gloo:
-            r["ring_over_gloo"] = round(r["time_s"] / gloo[size]["time_s"], 4)
+            if r.get("times_s") and gloo[size].get("times_s"):
+                r.update(paired(r["times_s"], gloo[size]["times_s"]))
+            else:
+                r["ring_over_gloo"] = round(r["time_s"] / gloo[size]["time_s"], 4)
         algo = algo_of(r["collective"])
         if algo.kind != "ps" or size not in ring:
             continue
@@ -224,6 +254,8 @@ def table(rows: list[dict[str, Any]], n: int) -> str:
             f"{r['time_s']:>9.3f}{r['min_time_s']:>9.3f}{r['algbw_mbit']:>8.2f}{r['busbw_mbit']:>8.2f}"
             f"{r['busbw_over_link']:>9.0%}"
         )
+        if "ring_over_gloo" in r:
+            line += f"   ring/gloo {r['ring_over_gloo']:.2f} {r.get('ring_vs_gloo', '')}".rstrip()
         if "bound_s" in r:
             line += f"{r['bound_s']:>9.3f}"
             if "ps_over_ring" in r:
@@ -325,6 +357,42 @@ def alpha_breakdown(
     }
 
 
+SWITCH_SATURATED = 0.9  # of one core: the software switch's one forwarding thread has no more to give
+
+
+def fidelity(switch_shares: list[float], ceiling_over_link: float | None,
+             ring_big: dict[str, Any] | None) -> dict[str, Any]:
+    """What the emulator could give the sweep, said before any figure: how often the software switch
+    (ovs-vswitchd, whose one thread forwards every packet) ran at SWITCH_SATURATED of a core or more,
+    and what plain TCP streams in the ring's pattern got from the fabric (the probe), so a ring's
+    busbw can be read against what this fabric delivers at all, not only against the configured rate."""
+    out: dict[str, Any] = {"switch_saturated_share": None, "switch_cpu_mean": None,
+                           "tcp_ceiling_over_link": ceiling_over_link, "ring_busbw_over_ceiling": None}
+    if switch_shares:
+        out["switch_saturated_share"] = round(sum(x >= SWITCH_SATURATED for x in switch_shares)
+                                              / len(switch_shares), 3)
+        out["switch_cpu_mean"] = round(sum(switch_shares) / len(switch_shares), 3)
+    if ceiling_over_link and ring_big:
+        out["ring_busbw_over_ceiling"] = round(ring_big["busbw_over_link"] / ceiling_over_link, 4)
+    said = []
+    if out["switch_saturated_share"] is not None:
+        said.append(f"the software switch ran at >= {SWITCH_SATURATED:.0%} of a core in "
+                    f"{out['switch_saturated_share']:.0%} of the sweep's seconds "
+                    f"(mean {out['switch_cpu_mean']:.0%})")
+    if ceiling_over_link:
+        said.append(f"plain TCP streams in the ring's pattern got {ceiling_over_link:.0%} of the link "
+                    "(1448/1514 = 96 % is the most a TCP payload can)")
+    if out["ring_busbw_over_ceiling"] is not None:
+        said.append(f"the ring's busbw at its largest size is {out['ring_busbw_over_ceiling']:.0%} of that")
+    out["said"] = "; ".join(said)
+    return out
+
+
+def verdict(ring_row: dict[str, Any]) -> str:
+    """A ring row's verdict against gloo: paired when the iterations ran in turn, else by the means."""
+    return ring_row.get("ring_vs_gloo") or ("slower" if ring_row["ring_over_gloo"] > 1 else "faster")
+
+
 def largest_summary(rows: list[dict[str, Any]], n: int) -> dict[str, Any]:
     """The figures the goals are judged by: the ring at its largest size, ring vs gloo at every size,
     each PS variant's ps/ring at its largest size against theory."""
@@ -342,7 +410,8 @@ def largest_summary(rows: list[dict[str, Any]], n: int) -> dict[str, Any]:
         if over:
             out["ring_vs_gloo"] = {
                 "max_ring_over_gloo": max(r["ring_over_gloo"] for r in over),
-                "sizes_ring_slower": [r["size_bytes"] for r in over if r["ring_over_gloo"] > 1.0],
+                "sizes_ring_slower": [r["size_bytes"] for r in over if verdict(r) == "slower"],
+                "sizes_tied": [r["size_bytes"] for r in over if r.get("ring_vs_gloo") == "tied"],
             }
     for name in sorted({r["collective"] for r in rows if "ps_over_ring" in r}):
         big = max(

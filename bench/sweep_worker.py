@@ -3,11 +3,12 @@
     python -m bench.sweep_worker --job <run>/sweep/job.json --rank R
 
 Joins a gloo group once, then for every size runs each collective (the project's ring, gloo's own
-all_reduce) back to back, nccl-tests style: a barrier, warm-up iterations, a barrier, the timed
-iterations. Then the parameter-server rounds: per PS variant and size, connect to the PS processes
-the bench started for that round (workloads.ps), push and pull `warmup + iters` times, say goodbye.
-Every (collective, size) becomes one JSON line in <out_dir>/rank-R.jsonl with the wall-clock end
-of every iteration, so the bench can take, per iteration, the moment the last rank was done.
+all_reduce), nccl-tests style: warm-up iterations, then the timed iterations, the collectives' in turn
+(ring, gloo, ring, ...), each after a barrier. Then the parameter-server rounds: per PS variant and
+size, connect to the PS processes the bench started for that round (workloads.ps), push and pull
+`warmup + iters` times, say goodbye. Every (collective, size) becomes one JSON line in
+<out_dir>/rank-R.jsonl with the wall-clock start and end of every iteration, so the bench can take,
+per iteration, the moments the last rank started and was done.
 """
 
 from __future__ import annotations
@@ -107,7 +108,10 @@ def _run_collective(plan: CollectivePlan, t: torch.Tensor, rank: int, world: int
 
 
 def sweep_collectives(job: SweepJob, rank: int, out: Any) -> None:
-    """Every size, every collective: warm-up, then the timed iterations, one JSON line each."""
+    """Every size: each collective's warm-up, then their timed iterations interleaved (ring, gloo, ring,
+    gloo, ...), each after a barrier, so a drift of the machine's pace falls on both alike and each
+    ring iteration has a gloo iteration next to it to be compared with. One JSON line per collective
+    and size, with every iteration's start (after its barrier) and end."""
     import torch.distributed as dist
 
     for size, warm, iters in zip(job.sizes, job.warmup, job.iters, strict=True):
@@ -116,26 +120,19 @@ def sweep_collectives(job: SweepJob, rank: int, out: Any) -> None:
             dist.barrier()
             for _ in range(warm):
                 _run_collective(plan, t, rank, job.world)
-            dist.barrier()
-            t_start = time.time()
-            ends = []
-            for _ in range(iters):
+        starts: dict[str, list[float]] = {plan.name: [] for plan in job.collectives}
+        ends: dict[str, list[float]] = {plan.name: [] for plan in job.collectives}
+        for _ in range(iters):
+            for plan in job.collectives:
+                dist.barrier()
+                starts[plan.name].append(time.time())
                 _run_collective(plan, t, rank, job.world)
-                ends.append(time.time())
-            out.write(
-                json.dumps(
-                    {
-                        "collective": plan.name,
-                        "kind": plan.kind,
-                        "size_bytes": size,
-                        "rank": rank,
-                        "t_start": t_start,
-                        "t_end": ends,
-                    }
-                )
-                + "\n"
-            )
-            out.flush()
+                ends[plan.name].append(time.time())
+        for plan in job.collectives:
+            rec = {"collective": plan.name, "kind": plan.kind, "size_bytes": size, "rank": rank,
+                   "t_start": starts[plan.name][0], "t_starts": starts[plan.name], "t_end": ends[plan.name]}
+            out.write(json.dumps(rec) + "\n")
+        out.flush()
 
 
 def ps_round(job: SweepJob, r: PsRound, rank: int, out: Any) -> None:

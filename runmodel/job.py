@@ -64,6 +64,7 @@ class JobSpec:
     ranks: tuple[RankJob, ...]
     shards: tuple[ShardJob, ...] = ()  # PS family: one process per shard
     ps_bind: str = "0.0.0.0"
+    pull: str = "all"  # PS family: the models of one release sent at once (all) or one after another
 
     @property
     def uses_ps(self) -> bool:
@@ -123,4 +124,4 @@ def job_for(cfg: ExperimentConfig, plan: Plan, spec: StrategySpec, index: int,
     return JobSpec(strategy=spec.kind, world=cfg.n_workers, steps=cfg.steps, grad_mb=cfg.grad_mb,
                    batch=cfg.batch, lr=cfg.lr, seed=cfg.seed, timeout=cfg.timeout, compute_ms=cfg.compute_ms,
                    staleness=cfg.staleness, backup=cfg.backup, master_addr=master, master_port=port,
-                   ranks=tuple(ranks), shards=shards)
+                   ranks=tuple(ranks), shards=shards, pull=spec.pull)

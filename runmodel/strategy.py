@@ -1,4 +1,5 @@
-"""A strategy with options: `ps`, `ps:shards=4`, `ps:rto_min_ms=1`, `ring:cc=bbr`, `ps:shards=2:cc=reno`.
+"""A strategy with options: `ps`, `ps:shards=4`, `ps:rto_min_ms=1`, `ring:cc=bbr`, `ps:shards=2:cc=reno`,
+`ps:pull=serial`.
 
 Each variant is a row of its own in the table, summary.json and the report, named by what it is
 (`name`: the kind, then its non-default options in a fixed order), in a folder of its own
@@ -17,6 +18,7 @@ JOB = "job"  # the user's own training command, in containers of the user's imag
 KINDS = PS_FAMILY + COLLECTIVES + (JOB,)
 CONGESTION_CONTROLS = ("cubic", "reno", "bbr", "dctcp")
 PLACEMENTS = ("dedicated", "colocated")
+PULLS = ("all", "serial")  # a PS answers every released worker at once, or one after another
 SHARDABLE = ("ps", "async")  # a backup or SSP quorum must be one decision, not one per shard
 
 
@@ -29,6 +31,7 @@ class StrategySpec:
     placement: str = "dedicated"  # shards on hosts of their own (on different leaves) or on the workers'
     rto_min_ms: float | None = None  # minimum RTO in every host while this strategy runs
     cc: str | None = None  # congestion control in every host while this strategy runs
+    pull: str = "all"  # PS family: replies to all released workers at once, or one at a time (serial)
 
     @classmethod
     def parse(cls, text: str) -> StrategySpec:
@@ -66,6 +69,10 @@ class StrategySpec:
             raise ParamError(f"{what}: rto_min_ms must be in (0, 2000]")
         if self.cc is not None and self.cc not in CONGESTION_CONTROLS:
             raise ParamError(f"{what}: cc must be one of {', '.join(CONGESTION_CONTROLS)}")
+        if self.pull not in PULLS:
+            raise ParamError(f"{what}: pull must be one of {', '.join(PULLS)}")
+        if self.pull != "all" and self.kind not in PS_FAMILY:
+            raise ParamError(f"{what}: pull is a parameter-server option")
 
     @property
     def uses_ps(self) -> bool:

@@ -195,7 +195,7 @@ def compare_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subproc
     return results / "latest", proc
 
 
-MITIGATE_VARIANTS = "ps,ps:shards=2:rto_min_ms=1:cc=reno,ps:shards=2:placement=colocated,ring"
+MITIGATE_VARIANTS = "ps,ps:shards=2:rto_min_ms=1:cc=reno,ps:shards=2:placement=colocated,ps:pull=serial,ring"
 
 
 @pytest.fixture(scope="session")

@@ -44,6 +44,29 @@ def test_measure_takes_the_last_rank_per_iteration() -> None:
     assert m["min_time_s"] == pytest.approx(min(1.2 - 0.2, 2.1 - 1.2, 3.5 - 2.1))
 
 
+def test_interleaved_iterations_are_timed_from_their_own_starts() -> None:
+    recs = [{"t_start": 0.0, "t_starts": [0.0, 5.0], "t_end": [1.0, 6.5]},
+            {"t_start": 0.1, "t_starts": [0.1, 5.2], "t_end": [1.3, 6.0]}]
+    m = sweep.measure(recs)
+    assert m["times_s"] == pytest.approx([1.3 - 0.1, 6.5 - 5.2])
+
+
+@pytest.mark.parametrize(("ring", "gloo", "verdict"), [
+    ([1.0, 1.0, 1.0], [1.1, 1.2, 1.05], "faster"),
+    ([1.0, 1.3, 1.0], [1.1, 1.2, 1.05], "tied"),     # pairs on both sides of 1: within the noise
+    ([1.2, 1.3, 1.1], [1.1, 1.2, 1.05], "slower"),
+])
+def test_ring_against_gloo_is_judged_pair_by_pair(ring, gloo, verdict) -> None:
+    got = sweep.paired(ring, gloo)
+    assert got["ring_vs_gloo"] == verdict and got["pairs"] == 3
+    assert got["ring_over_gloo_lo"] <= got["ring_over_gloo"] <= got["ring_over_gloo_hi"]
+    rows = [{"collective": "ring", "size_bytes": 8, "time_s": sum(ring) / 3, "times_s": ring},
+            {"collective": "gloo", "size_bytes": 8, "time_s": sum(gloo) / 3, "times_s": gloo}]
+    sweep.add_ratios(rows, {}, 7, 20.0)
+    slower = sweep.largest_summary([{**rows[0], "busbw_over_link": 0.8}, rows[1]], 7)["ring_vs_gloo"]
+    assert slower["sizes_ring_slower"] == ([8] if verdict == "slower" else [])
+
+
 def test_ps_over_ring_theory_is_n_squared_over_n_minus_1() -> None:
     n, size, link = 7, 2**20, 20.0
     rows = [{"collective": "ring", "size_bytes": size, "time_s": 1.0},

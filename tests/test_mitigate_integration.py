@@ -22,7 +22,8 @@ def test_each_variant_is_a_row_and_a_folder_of_its_own(cured):
     run, proc = cured
     summary = json.loads((run / "summary.json").read_text())
     assert list(summary["strategies"]) == VARIANTS.split(",")
-    for folder in ("ps", "ps_shards-2_rto_min_ms-1_cc-reno", "ps_shards-2_placement-colocated", "ring"):
+    for folder in ("ps", "ps_shards-2_rto_min_ms-1_cc-reno", "ps_shards-2_placement-colocated",
+                   "ps_pull-serial", "ring"):
         assert (run / folder / "status.json").exists(), folder
     for name in VARIANTS.split(","):
         assert name in proc.stdout
@@ -38,6 +39,31 @@ def test_a_sharded_ps_trains_exactly_like_the_single_ps(cured):
     assert (run / "ps_shards-2_rto_min_ms-1_cc-reno" / "ps-1.jsonl").stat().st_size > 0
     colocated = json.loads((run / "ps_shards-2_placement-colocated" / "job.json").read_text())
     assert [k["host"] for k in colocated["shards"]] == [r["host"] for r in colocated["ranks"][:2]]
+
+
+def _reply_spread(folder) -> float:
+    """Median over steps of the time between the first and the last worker getting its model."""
+    ends: dict[int, list[float]] = {}
+    for log in folder.glob("worker-*.jsonl"):
+        for line in log.read_text().splitlines():
+            rec = json.loads(line)
+            if "step" in rec and "event" not in rec:
+                ends.setdefault(rec["step"], []).append(rec["t_end"])
+    spreads = sorted(max(t) - min(t) for t in ends.values())
+    return spreads[len(spreads) // 2]
+
+
+def test_a_serial_pull_answers_one_worker_after_another(cured):
+    """pull=serial: the models of a step leave one after another, each S / B on the PS's link; the
+    plain PS sends them all at once, so they arrive together."""
+    run, _ = cured
+    job = json.loads((run / "ps_pull-serial" / "job.json").read_text())
+    assert job["pull"] == "serial"
+    one_model_s = job["grad_mb"] * 2**20 * 8 / 20e6  # S / B on the 20 Mbit/s PS link
+    serial, together = _reply_spread(run / "ps_pull-serial"), _reply_spread(run / "ps")
+    print(f"first-to-last model: serial {serial:.3f} s, all at once {together:.3f} s, S/B {one_model_s:.3f}")
+    assert serial > 0.5 * (job["world"] - 1) * one_model_s
+    assert together < 0.25 * one_model_s
 
 
 def test_a_variants_tcp_is_in_effect_while_it_runs_and_gone_after(cured):

@@ -33,7 +33,8 @@ def test_shipped_scenarios_are_valid(name):
 def test_mitigate_scenario_puts_the_shards_on_their_own_hosts_on_different_leaves():
     cfg = config_from_args(parse(command="mitigate"), load_scenario(SCENARIO_DIR / "mitigate.json"))
     specs = {s.name: s for s in cfg.strategy_specs}
-    assert list(specs) == ["ps", "ps:rto_min_ms=1", "ps:shards=2", "ps:shards=4", "ring"]
+    assert list(specs) == ["ps", "ps:rto_min_ms=1", "ps:pull=serial", "ps:shards=2", "ps:shards=4",
+                           "ps:shards=4:pull=serial", "ring"]
     four = cfg.shard_hosts(specs["ps:shards=4"])
     assert four == ["h1", "h4", "h7", "h10"] and len({cfg.plan().host(h).leaf for h in four}) == 4
     assert cfg.shard_hosts(specs["ps:shards=2"]) == ["h1", "h7"]
@@ -48,6 +49,8 @@ def test_mitigate_scenario_puts_the_shards_on_their_own_hosts_on_different_leave
     ("ring:placement=colocated", "parameter-server option"),
     ("ps:rto_min_ms=0", "rto_min_ms must be in (0, 2000]"),
     ("ps:cc=vegas", "cc must be one of"),
+    ("ps:pull=some", "pull must be one of all, serial"),
+    ("ring:pull=serial", "pull is a parameter-server option"),
     ("ps,ps", "each strategy may appear once"),
 ])
 def test_invalid_strategy_options_are_one_line(strategies, needle):

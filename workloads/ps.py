@@ -10,6 +10,13 @@ A worker that is gone (connection lost, or silent past --timeout) fails the run,
 `--strategy async`, which drops it and trains on with the others (PSCore.lose says why only async):
 the PS logs `{"event":"worker_lost",...}`, prints one line on stderr and still exits 0 once every
 remaining worker said goodbye; its `done` record then lists the dropped ranks in `lost`.
+
+With the job's `pull` = serial, one thread sends the models of a release one worker after another,
+shard k of K from rank k N / K on (each worker gets one slice at a time), each socket holding at most
+NOTSENT_LOWAT bytes not yet on the wire (TCP_NOTSENT_LOWAT), so the first worker has its model after
+S / B and pushes its next gradient while the PS still sends the others theirs: the full-duplex overlap
+the (N + 1) S / B bound counts on, and pushes that arrive one after another instead of all at once
+(TicTac, MLSys 2019, and P3, SysML 2019, order a PS's transfers for the same reason).
 """
 
 from __future__ import annotations
@@ -44,6 +51,8 @@ from workloads.psproto import (
 )
 
 POLL_S = 0.2
+NOTSENT_LOWAT = 16 * 1024  # serial pull: bytes a socket may hold unsent before the next model starts
+TCP_NOTSENT_LOWAT = getattr(socket, "TCP_NOTSENT_LOWAT", 25)
 
 
 @dataclass
@@ -79,6 +88,7 @@ class ParameterServer:
         except ValueError as exc:
             raise WorkloadError(str(exc)) from None
         spec = ModelSpec.from_grad_mb(job.grad_mb)
+        self.shard = shard
         self.lo, self.hi = shard_bounds(spec.nparams, max(1, len(job.shards)))[shard]
         self.nparams = self.hi - self.lo  # this shard's slice of the model
         self.weights = init_weights(spec, job.seed)[self.lo:self.hi].clone()
@@ -88,6 +98,9 @@ class ParameterServer:
         self._snapshot: tuple[int, bytes] | None = None
         self._dumped = False
         self._closing = threading.Event()
+        # serial pull: (rank, message) for the one sender that answers workers one after another
+        self.serial: queue.Queue[tuple[int, tuple[Header, bytes]] | None] | None = (
+            queue.Queue() if job.pull == "serial" else None)
         self.listener = socket.create_server((bind, job.shard(shard).port if job.shards else job.master_port),
                                              backlog=max(16, job.world * 2))
 
@@ -143,6 +156,18 @@ class ParameterServer:
                 self.events.put(("lost", c.rank, exc))
                 return
 
+    def _serial_sender(self) -> None:
+        """Serial pull: every model of a release, one worker after another (see the module's doc)."""
+        assert self.serial is not None
+        while (item := self.serial.get()) is not None:
+            rank, msg = item
+            if rank in self.core.lost:
+                continue
+            try:
+                send_msg(self.conns[rank].sock, *msg)
+            except OSError as exc:
+                self.events.put(("lost", rank, exc))
+
     # --- main thread ---------------------------------------------------------------------------
     def _weights_bytes(self) -> bytes:
         """One immutable copy per version, shared by every reply of that version."""
@@ -153,8 +178,20 @@ class ParameterServer:
     def _reply(self, rank: int) -> None:
         c = self.conns[rank]
         h = Header(Kind.WEIGHTS, rank=rank, step=self.core.clocks[rank], version=self.core.version)
-        c.outbox.put((h, self._weights_bytes()))
+        if self.serial is not None:
+            self.serial.put((rank, (h, self._weights_bytes())))
+        else:
+            c.outbox.put((h, self._weights_bytes()))
         self.core.heard(rank, time.monotonic())  # its silence counts from now on
+
+    def _reply_order(self, release: list[int]) -> list[int]:
+        """Serial pull: ranks in order from this shard's offset on (shard k of K starts at rank k N / K),
+        the same order every step, so a worker's step is one period and, sharded, each worker gets one
+        slice at a time, not K at once through its own port."""
+        if self.serial is None:
+            return release
+        offset = self.shard * self.job.world // max(1, len(self.job.shards))
+        return sorted(release, key=lambda r: (r - offset) % self.job.world)
 
     def _apply(self, ranks: list[int]) -> None:
         acc = torch.zeros(self.nparams)
@@ -190,7 +227,11 @@ class ParameterServer:
             if rank in self.conns:
                 raise WorkloadError(f"two workers claim rank {rank} ({self.conns[rank].peer}, {obj.peer})")
             self.conns[rank] = obj
+        if self.serial is not None:
+            threading.Thread(target=self._serial_sender, daemon=True).start()
         for c in self.conns.values():
+            if self.serial is not None:
+                c.sock.setsockopt(socket.IPPROTO_TCP, TCP_NOTSENT_LOWAT, NOTSENT_LOWAT)
             threading.Thread(target=self._reader, args=(c,), daemon=True).start()
             threading.Thread(target=self._sender, args=(c,), daemon=True).start()
             c.outbox.put((Header(Kind.WELCOME, rank=c.rank, version=self.core.version), b""))
@@ -264,7 +305,7 @@ class ParameterServer:
                 self.pending[rank] = grad
             if d.apply:
                 self._apply(d.apply)
-            for r in d.release:
+            for r in self._reply_order(d.release):
                 self._reply(r)
             for e in d.events:
                 self.log.write(e)
@@ -272,6 +313,8 @@ class ParameterServer:
 
     def close(self) -> None:
         self._closing.set()
+        if self.serial is not None:
+            self.serial.put(None)
         with contextlib.suppress(OSError):
             self.listener.close()
         for c in self.conns.values():
