@@ -166,7 +166,10 @@ def _capture(tmp: Path, name: str, lossy: bool, nbytes: int) -> dict[str, object
                     text=True,
                 )
             )
-        time.sleep(1.0)
+        for cap in procs[:2]:  # each tcpdump says when it listens
+            assert cap.stderr is not None
+            while "listening on" not in (line := cap.stderr.readline()):
+                assert line, "tcpdump exited before it listened"
         r = subprocess.Popen(
             ["ip", "netns", "exec", NS_B, sys.executable, "-c", RECV], stdout=subprocess.PIPE, text=True
         )

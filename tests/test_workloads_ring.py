@@ -34,17 +34,27 @@ def _ring_child(rank: int, world: int, port: int, length: int, out: mp.Queue,
     t = _rank_tensor(rank, length)
     stats = ring_allreduce_(t, rank, world, segment_bytes=segment_bytes, window=window)
     whole = _rank_tensor(rank, length)  # the same sum unpipelined: one segment a chunk
-    ring_allreduce_(whole, rank, world, segment_bytes=1 << 40)
+    ring_allreduce_(whole, rank, world, segment_bytes=1 << 40, min_segments=1)
     dist.barrier()
     dist.destroy_process_group()
     out.put((rank, t.numpy().tobytes(), stats.bytes_sent, stats.bytes_recv,
              bool(torch.equal(t, whole)), stats.segments))
 
 
+def test_a_small_chunk_is_still_cut_to_pipeline() -> None:
+    from workloads.ring import segments_per_chunk
+
+    assert segments_per_chunk(2**20 // 7) == 4  # 1 MiB over 7 ranks: 4 segments, not one
+    assert segments_per_chunk(40 * 1024) == 1  # under two minimum segments: one
+    assert segments_per_chunk(8 * 2**20 // 7) == 5  # large chunks: segments of at most 256 KiB
+    assert segments_per_chunk(2**20, segment_bytes=1 << 40, min_segments=1) == 1  # unpipelined
+
+
 @pytest.mark.parametrize(("world", "length", "segment_bytes", "window"), [
     (2, 1001, 256 * 1024, 4), (3, 1001, 256 * 1024, 4), (4, 1001, 256 * 1024, 4), (4, 3, 256 * 1024, 4),
     (3, 1001, 64, 1),  # 6 segments a chunk, one receive ahead: the pipeline's bookkeeping at its tightest
     (4, 40_003, 4096, 4),  # 10 segments a chunk of unequal chunks
+    (3, 100_003, 256 * 1024, 4),  # a chunk under one segment still goes in 4 (133 KB: 4 of 33 KB)
 ])
 def test_ring_allreduce_sums_exactly_like_local_sum(world: int, length: int, segment_bytes: int,
                                                     window: int) -> None:
@@ -64,7 +74,7 @@ def test_ring_allreduce_sums_exactly_like_local_sum(world: int, length: int, seg
             results[rank] = (torch.frombuffer(bytearray(raw), dtype=torch.float32), sent, recv)
             assert same_as_unpipelined, f"rank {rank}: the pipelined sum differs from the unpipelined one"
             chunk_bytes = -(-length // world) * 4
-            assert segments == max(1, -(-chunk_bytes // segment_bytes))
+            assert segments == max(1, -(-chunk_bytes // segment_bytes), min(4, chunk_bytes // (32 * 1024)))
     finally:
         for p in procs:
             p.join(timeout=30)

@@ -24,6 +24,8 @@ import torch
 import torch.distributed as dist
 
 SEGMENT_BYTES = 256 * 1024  # the largest segment: small enough to pipeline, large enough to amortise a call
+MIN_SEGMENTS = 4  # a chunk of a few segments' size still goes in this many, down to MIN_SEGMENT_BYTES
+MIN_SEGMENT_BYTES = 32 * 1024  # below this a segment's own cost (about a millisecond) outweighs its overlap
 WINDOW = 4  # receives posted ahead of the one being waited for (per chunk: segments + this)
 
 
@@ -37,11 +39,14 @@ class RingStats:
     segments: int = 0  # segments per chunk
 
 
-def segments_per_chunk(chunk_bytes: int, segment_bytes: int = SEGMENT_BYTES) -> int:
-    """How many segments a chunk of `chunk_bytes` is cut into (1 for a chunk up to one segment)."""
+def segments_per_chunk(chunk_bytes: int, segment_bytes: int = SEGMENT_BYTES,
+                       min_segments: int = MIN_SEGMENTS) -> int:
+    """How many segments a chunk of `chunk_bytes` is cut into: segments of at most `segment_bytes`, and
+    at least `min_segments` of at least MIN_SEGMENT_BYTES where the chunk allows (1 MiB over 7 ranks:
+    4 segments of 37 KiB, not one, so every step of the ring pipelines)."""
     if segment_bytes <= 0:
         raise ValueError("segment_bytes must be > 0")
-    return max(1, math.ceil(chunk_bytes / segment_bytes))
+    return max(1, math.ceil(chunk_bytes / segment_bytes), min(min_segments, chunk_bytes // MIN_SEGMENT_BYTES))
 
 
 def schedule(rank: int, world: int) -> list[tuple[int, int, bool]]:
@@ -57,7 +62,7 @@ def schedule(rank: int, world: int) -> list[tuple[int, int, bool]]:
 
 
 def ring_allreduce_(tensor: torch.Tensor, rank: int, world: int, segment_bytes: int = SEGMENT_BYTES,
-                    window: int = WINDOW) -> RingStats:
+                    window: int = WINDOW, min_segments: int = MIN_SEGMENTS) -> RingStats:
     """Sum `tensor` (1-D, contiguous) across all ranks in place; the same result on every rank.
 
     Every element is summed in the same order as by the unpipelined ring (along the ring, starting
@@ -72,7 +77,7 @@ def ring_allreduce_(tensor: torch.Tensor, rank: int, world: int, segment_bytes: 
         raise ValueError("window must be >= 1")
     chunks = torch.tensor_split(tensor, world)
     size = tensor.element_size()
-    m = segments_per_chunk(max(c.numel() for c in chunks) * size, segment_bytes)
+    m = segments_per_chunk(max(c.numel() for c in chunks) * size, segment_bytes, min_segments)
     segs = [torch.tensor_split(c, m) for c in chunks]  # the same cut on every rank
     right, left = (rank + 1) % world, (rank - 1) % world
     steps = schedule(rank, world)
