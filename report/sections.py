@@ -719,6 +719,9 @@ def cure_of(s: StrategyView, base: StrategyView) -> str:
         what.append(f"the {sp.rto_min_ms:g} ms minimum RTO")
     if sp.cc is not None:
         what.append(f"{sp.cc} congestion control")
+    if sp.pull != bp.pull:
+        what.append("the models sent one worker after another" if sp.pull == "serial"
+                    else "every model sent at once")
     return (" with ".join(what) or "the variant") + f" ({s.name})"
 
 
