@@ -102,6 +102,17 @@ def _known(cls: type[T], doc: dict[str, Any]) -> T:
     return cls(**{k: v for k, v in doc.items() if k in names})
 
 
+def _read_all(cls: type[T], path: Path, problems: list[str] | None) -> list[T]:
+    """Every line of a JSON-lines file of one record type, in file order; lines lacking a field skipped."""
+    out = []
+    for row in read_jsonl(path, problems):
+        try:
+            out.append(_known(cls, row))
+        except TypeError:
+            continue
+    return out
+
+
 # -- worker logs: <strategy>/worker-<rank>.jsonl ---------------------------------------------------
 @dataclass(frozen=True)
 class StepRecord:
@@ -183,13 +194,7 @@ class StepLine:
 
 def read_step_lines(path: Path, problems: list[str] | None = None) -> list[StepLine]:
     """Step lines in the order they were read."""
-    out = []
-    for row in read_jsonl(path, problems):
-        try:
-            out.append(_known(StepLine, row))
-        except TypeError:
-            continue
-    return out
+    return _read_all(StepLine, path, problems)
 
 
 # -- parameter-server log: <strategy>/ps.jsonl ----------------------------------------------------
@@ -365,13 +370,7 @@ class QueueSample:
 
 def read_queue_samples(path: Path, problems: list[str] | None = None) -> list[QueueSample]:
     """Queue samples in time order."""
-    out = []
-    for row in read_jsonl(path, problems):
-        try:
-            out.append(_known(QueueSample, row))
-        except TypeError:
-            continue
-    return sorted(out, key=lambda s: s.t)
+    return sorted(_read_all(QueueSample, path, problems), key=lambda s: s.t)
 
 
 # -- capture.json ---------------------------------------------------------------------------------
@@ -537,13 +536,7 @@ class FaultRecord:
 
 def read_faults(path: Path, problems: list[str] | None = None) -> list[FaultRecord]:
     """Fault records in time order."""
-    out = []
-    for row in read_jsonl(path, problems):
-        try:
-            out.append(_known(FaultRecord, row))
-        except TypeError:
-            continue
-    return sorted(out, key=lambda f: f.t)
+    return sorted(_read_all(FaultRecord, path, problems), key=lambda f: f.t)
 
 
 # -- cpu.jsonl ------------------------------------------------------------------------------------
@@ -562,10 +555,4 @@ class CpuSample:
 
 def read_cpu_samples(path: Path, problems: list[str] | None = None) -> list[CpuSample]:
     """CPU samples in time order."""
-    out = []
-    for row in read_jsonl(path, problems):
-        try:
-            out.append(_known(CpuSample, row))
-        except TypeError:
-            continue
-    return sorted(out, key=lambda c: c.t)
+    return sorted(_read_all(CpuSample, path, problems), key=lambda c: c.t)
