@@ -16,7 +16,8 @@ shard k of K from rank k N / K on (each worker gets one slice at a time), each s
 NOTSENT_LOWAT bytes not yet on the wire (TCP_NOTSENT_LOWAT), so the first worker has its model after
 S / B and pushes its next gradient while the PS still sends the others theirs: the full-duplex overlap
 the (N + 1) S / B bound counts on, and pushes that arrive one after another instead of all at once
-(TicTac, MLSys 2019, and P3, SysML 2019, order a PS's transfers for the same reason).
+(TicTac, MLSys 2019, and P3, SysML 2019, order a PS's transfers for the same reason). The price: a
+worker that stops reading holds up the models of those after it, until --timeout ends the run.
 """
 
 from __future__ import annotations
