@@ -31,14 +31,18 @@ if [[ -f $BOX && -f $STAMP && $(cat "$STAMP") == "$inputs" ]]; then
   exit 0
 fi
 
+vagrant_key() { ls /usr/share/rubygems-integration/all/gems/vagrant-*/keys/vagrant.pub 2>/dev/null | head -1 || true; }
 need=()
 command -v debootstrap >/dev/null || need+=(debootstrap)
 command -v qemu-img >/dev/null || need+=(qemu-utils)
+[[ -n $(vagrant_key) ]] || need+=(vagrant)  # the box's vagrant user gets Vagrant's insecure key from it
 if ((${#need[@]})); then
   say "apt: installing ${need[*]}"
   DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${need[@]}" >/dev/null
 fi
 [[ -x .venv/bin/python ]] || { echo "make vm-box: no .venv here: run make deps first" >&2; exit 1; }
+key=$(vagrant_key)
+[[ -n $key ]] || { echo "make vm-box: Vagrant's insecure public key is not on this machine (apt install vagrant)" >&2; exit 1; }
 
 t0=$(date +%s)
 W=$OUT/work
@@ -81,8 +85,6 @@ printf '[Service]\nExecStartPre=\nExecStartPre=/usr/bin/ssh-keygen -A\nExecStart
 chroot "$ROOT" useradd -m -s /bin/bash -G sudo vagrant
 echo 'vagrant:vagrant' | chroot "$ROOT" chpasswd
 echo 'vagrant ALL=(ALL) NOPASSWD: ALL' >"$ROOT/etc/sudoers.d/vagrant"; chmod 440 "$ROOT/etc/sudoers.d/vagrant"
-key=$(ls /usr/share/rubygems-integration/all/gems/vagrant-*/keys/vagrant.pub 2>/dev/null | head -1 || true)
-[[ -n $key ]] || { echo "make vm-box: Vagrant's insecure public key is not on this machine (apt install vagrant)" >&2; exit 1; }
 install -d -m 700 -o 1000 -g 1000 "$ROOT/home/vagrant/.ssh"
 install -m 600 -o 1000 -g 1000 "$key" "$ROOT/home/vagrant/.ssh/authorized_keys"
 rm -f "$ROOT/usr/sbin/policy-rc.d"
