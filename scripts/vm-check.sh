@@ -76,8 +76,12 @@ vm_teardown() {
     fi
     if ((STARTED_POOL)); then virsh pool-destroy default >/dev/null 2>&1 || true; fi
   fi
-  for pidfile in "${STARTED_DAEMONS[@]}"; do
-    [[ -f /run/$pidfile.pid ]] && kill "$(cat "/run/$pidfile.pid")" 2>/dev/null || true
+  local pid
+  for pidfile in "${STARTED_DAEMONS[@]}"; do  # and wait for each to end: a libvirtd still shutting
+    pid=$(cat "/run/$pidfile.pid" 2>/dev/null) || continue  # down answers nothing to the next run
+    kill "$pid" 2>/dev/null || continue
+    for _ in $(seq 60); do kill -0 "$pid" 2>/dev/null || break; sleep 0.25; done
+    kill -9 "$pid" 2>/dev/null || true
   done
   sysctl -q -w net.ipv4.ip_forward="$FORWARD_BEFORE" || true
   rm -f "$STATE"
@@ -128,6 +132,7 @@ if ((${#need[@]})); then
     tail -3 "$OUT/apt.log" >&2; echo "make vm-check: apt could not install ${need[*]}" >&2; exit 1; }
 fi
 if ! virsh version >/dev/null 2>&1; then  # no systemd here: the daemons by hand, stopped at the end
+  for _ in $(seq 60); do pgrep -x libvirtd >/dev/null || break; sleep 0.25; done  # one that is ending
   # 9>&-: the daemons must not inherit (and hold) this run's lock
   pgrep -x virtlogd >/dev/null || { /usr/sbin/virtlogd -d 9>&-; STARTED_DAEMONS+=(virtlogd); }
   pgrep -x libvirtd >/dev/null || { /usr/sbin/libvirtd -d 9>&-; STARTED_DAEMONS+=(libvirtd); }

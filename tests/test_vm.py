@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT, require
+from tests.waiting import wait_for
 from topologies import hygiene
 
 VM_DIR = ROOT / "build" / "vm"
@@ -112,3 +113,107 @@ def test_the_vm_boots_runs_the_experiments_and_leaves_the_host_clean(tmp_path: P
         proc = subprocess.run(["vagrant", *extra], cwd=ROOT, capture_output=True, text=True, timeout=120,
                               env={**env, "VAGRANT_DEFAULT_PROVIDER": provider})
         assert proc.returncode == 0, (provider, proc.stdout[-500:], proc.stderr[-500:])
+
+
+# -- hygiene when vm-check does not finish: Ctrl-C while the VM boots, a provisioning that fails ------
+def _start_vm_check(log: Path) -> subprocess.Popen[bytes]:
+    """make vm-check in its own session (so a Ctrl-C can go to its whole process group, as a
+    terminal's does), its output in `log`."""
+    box = subprocess.run(["make", "vm-box"], cwd=ROOT, capture_output=True, text=True, timeout=1200)
+    assert box.returncode == 0, box.stderr[-2000:]
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("w") as out:
+        return subprocess.Popen(["make", "vm-check"], cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+
+
+def _ended(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is not None:
+        raise AssertionError(f"make vm-check ended early (exit {proc.returncode})")
+
+
+def _guest_running() -> bool:
+    return subprocess.run(["pgrep", "-f", "qemu-system-x86_64 -name guest=incastlab"],
+                          capture_output=True).returncode == 0
+
+
+def _assert_host_clean(daemons_before: set[str]) -> None:
+    """No domain, network, volume or qemu of vm-check's; the daemons it started stopped again."""
+    assert not (VM_DIR / "vm-check.pid").exists()
+    assert not _guest_running()
+    if hygiene.LIBVIRT_SOCKET.exists():
+        assert _libvirt_state() == {"domains": [], "networks": [], "volumes": []}
+    assert hygiene.vm_leftovers() == []
+    for daemon in ("libvirtd", "virtlogd"):
+        if daemon not in daemons_before:
+            assert subprocess.run(["pgrep", "-x", daemon], capture_output=True).returncode == 1, daemon
+
+
+def _daemons() -> set[str]:
+    return {d for d in ("libvirtd", "virtlogd")
+            if subprocess.run(["pgrep", "-x", d], capture_output=True).returncode == 0}
+
+
+@pytest.mark.vm
+@pytest.mark.timeout(3600)
+def test_ctrl_c_while_the_vm_boots_leaves_the_host_clean() -> None:
+    """Ctrl-C once the guest's qemu runs (vagrant up still waiting for sshd): exit 130, nothing left."""
+    require(None if os.geteuid() == 0 else "needs root")
+    before = _daemons()
+    log = ROOT / "tests" / "artifacts" / "vm-check-interrupt.log"
+    check = _start_vm_check(log)
+    try:
+        def booting() -> bool:
+            _ended(check)
+            return _guest_running()
+        wait_for(booting, 900, "the guest's qemu process", interval=1)
+    except BaseException:
+        os.killpg(check.pid, signal.SIGINT)
+        check.wait(timeout=600)
+        raise
+    os.killpg(check.pid, signal.SIGINT)
+    # make re-raises the Ctrl-C after its child (the script, exit 130) ended: a shell shows 130 for both
+    assert check.wait(timeout=600) in (130, -signal.SIGINT), log.read_text()[-2000:]
+    text = log.read_text()
+    assert "[vm-check] teardown" in text and "[vm-check] failed (exit 130)" in text, text[-2000:]
+    _assert_host_clean(before)
+
+
+def _ssh_guest(command: str) -> subprocess.CompletedProcess[str]:
+    """A command in the guest over plain ssh: `vagrant ssh` would wait for the machine lock that
+    the running `vagrant provision` holds."""
+    out = subprocess.run([*hygiene.VIRSH, "domifaddr", "incastlab_default", "--source", "lease"],
+                         capture_output=True, text=True, timeout=20).stdout
+    ip = next(f.split("/")[0] for line in out.splitlines() for f in line.split() if "/" in f and "." in f)
+    key = VM_DIR / "dot" / "machines" / "default" / "libvirt" / "private_key"
+    return subprocess.run(["ssh", "-i", str(key), "-o", "StrictHostKeyChecking=no", "-o",
+                           "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR", f"vagrant@{ip}", command],
+                          capture_output=True, text=True, timeout=60)
+
+
+@pytest.mark.vm
+@pytest.mark.timeout(3600)
+def test_a_failed_provisioning_ends_the_run_and_leaves_the_host_clean() -> None:
+    """make deps killed inside the guest mid-provisioning: vm-check says which phase failed, exits 1
+    (make: 2), and tears down what it made."""
+    require(None if os.geteuid() == 0 else "needs root")
+    before = _daemons()
+    log = ROOT / "tests" / "artifacts" / "vm-check-failed-provision.log"
+    check = _start_vm_check(log)
+    try:
+        def making_deps() -> bool:
+            _ended(check)
+            return "default: == openvswitch" in log.read_text()  # the guest's make deps has begun
+        wait_for(making_deps, 1800, "make deps running in the guest", interval=1)
+        killed = _ssh_guest("sudo pkill -f 'make [d]eps'")  # [d]: not this shell's own line
+        assert killed.returncode == 0, (killed.stdout, killed.stderr)
+        assert check.wait(timeout=900) == 2, log.read_text()[-2000:]  # make's "a recipe failed"
+    except BaseException:
+        if check.poll() is None:
+            os.killpg(check.pid, signal.SIGINT)
+            check.wait(timeout=600)
+        raise
+    text = log.read_text()
+    assert "make vm-check: provisioning (make deps, make image) failed" in text, text[-2000:]
+    assert "[vm-check] teardown" in text and "[vm-check] failed (exit 1)" in text, text[-2000:]
+    _assert_host_clean(before)
