@@ -265,14 +265,14 @@ def steps_of_job(captures: list[tuple[Path, str]], n_steps: int | None = None,
                      else steps_from_bursts(periodic_bursts(*pk, n)) if pk is not None and n else [])
     if all(by_lines):
         return steps
-    return agreed_steps(steps, packets, n)
+    return agreed_steps(steps, packets, n, keep=by_lines)
 
 
 Series = tuple[np.ndarray, np.ndarray, np.ndarray]  # a worker's data packets: (times, bytes, sent by it)
 
 
-def agreed_steps(steps: list[list[RhythmStep]], packets: list[Series | None],
-                 n: int) -> list[list[RhythmStep]]:
+def agreed_steps(steps: list[list[RhythmStep]], packets: list[Series | None], n: int,
+                 keep: list[bool] | None = None) -> list[list[RhythmStep]]:
     """The workers' steps, a minority whose step boundaries stray from the others' re-cut there.
 
     A synchronous job's workers all end a step together (within the ring's skew), so where most
@@ -281,7 +281,8 @@ def agreed_steps(steps: list[list[RhythmStep]], packets: list[Series | None],
     within that quarter period of each agreed boundary instead (a CI run: one of 7 DDP workers
     had cut inside a step at a 0.5 s timeout stall and merged its last two steps; 6 agreed
     within 20 ms). Kept as it was when fewer than three workers agree, or when the re-cut does
-    not give n steps."""
+    not give n steps. `keep[i]`: worker i's steps were cut at its own step lines, truer than any
+    pause: counted in the agreement, never re-cut."""
     full = [s for s in steps if len(s) == n and n > 1]
     if len(full) < 3:
         return steps
@@ -289,9 +290,10 @@ def agreed_steps(steps: list[list[RhythmStep]], packets: list[Series | None],
               *(statistics.median(s[k].t_end for s in full) for k in range(n - 1))]
     tol = 0.25 * statistics.median(np.diff(agreed)) if n > 2 else 0.25 * (agreed[1] - agreed[0])
     out = []
-    for mine, pk in zip(steps, packets, strict=True):
+    kept = keep or [False] * len(steps)
+    for mine, pk, fixed in zip(steps, packets, kept, strict=True):
         own = [mine[0].t_start, *(st.t_end for st in mine[:-1])] if len(mine) == n else []
-        if pk is None or (own and all(abs(a - b) <= tol for a, b in zip(own, agreed, strict=True))):
+        if pk is None or fixed or (own and all(abs(a - b) <= tol for a, b in zip(own, agreed, strict=True))):
             out.append(mine)
             continue
         ts, plen, outgoing = pk

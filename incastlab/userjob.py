@@ -20,6 +20,7 @@ as the strategy's worker-<rank>.jsonl, with the losses the script printed (lines
 from __future__ import annotations
 
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -57,15 +58,22 @@ def copy_lines(pipe: IO[bytes], out: Path, step_lines: Path) -> None:
     pause longer inside than between steps)."""
     from analysis.rhythm import STEP_RE
 
-    with open(out, "wb") as fout, JsonlWriter(step_lines) as said:
-        for raw in iter(pipe.readline, b""):
-            t = time.time()
-            fout.write(raw)
-            fout.flush()
-            m = STEP_RE.search(raw.decode(errors="replace"))
-            if m:
-                said.write(StepLine(int(m.group(1)), t))
-    pipe.close()
+    try:
+        with open(out, "wb") as fout, JsonlWriter(step_lines) as said:
+            for raw in iter(pipe.readline, b""):
+                t = time.time()
+                fout.write(raw)
+                fout.flush()
+                m = STEP_RE.search(raw.decode(errors="replace"))
+                if m:
+                    said.write(StepLine(int(m.group(1)), t))
+    except OSError as exc:  # the run folder took no more: drain the pipe, or the job blocks on a full one
+        print(f"incastlab: {out.name}: {exc.strerror or exc}; the rest of the job's output is not kept",
+              file=sys.stderr, flush=True)
+        for _ in iter(pipe.readline, b""):
+            pass
+    finally:
+        pipe.close()
 
 
 class JobProc:
@@ -178,6 +186,8 @@ class JobLauncher:
                     proc.wait(10)
                 except subprocess.TimeoutExpired:
                     pass
+        for proc in self.popens:  # those that ended by themselves: their last lines, before write_steps
+            proc.copier.join(timeout=5)
         remove_containers([proc.name for proc in self.popens])
 
     def steps_done(self) -> dict[int, int]:

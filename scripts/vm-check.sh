@@ -81,7 +81,7 @@ vm_teardown() {
     pid=$(cat "/run/$pidfile.pid" 2>/dev/null) || continue  # down answers nothing to the next run
     kill "$pid" 2>/dev/null || continue
     for _ in $(seq 60); do kill -0 "$pid" 2>/dev/null || break; sleep 0.25; done
-    kill -9 "$pid" 2>/dev/null || true
+    kill -0 "$pid" 2>/dev/null && kill -9 "$pid" 2>/dev/null || true
   done
   sysctl -q -w net.ipv4.ip_forward="$FORWARD_BEFORE" || true
   rm -f "$STATE"

@@ -213,6 +213,12 @@ def test_the_ddp_example_runs_as_a_job_with_a_report(worker_image, clean_host, t
         own = statistics.median(printed[1:])
         assert abs(rhythm - own) < 0.15 * own, (rank, rhythm, printed)
         assert all(r["bytes_sent"] > 0.3 * 2**20 for r in steps)  # DDP's gradient buckets, each step
+        # cut where its `step K` lines were read: each step ends with the last packet before its line
+        lines = [json.loads(ln) for ln in (folder / "job" / f"worker-{rank}.step_lines.jsonl")
+                 .read_text().splitlines()]
+        assert [sl["step"] for sl in lines] == [1, 2, 3, 4, 5, 6], lines
+        assert all(0 <= sl["t"] - st["t_end"] < 0.25 for sl, st in zip(lines, steps, strict=True)), (
+            rank, [(sl["t"], st["t_end"]) for sl, st in zip(lines, steps, strict=True)])
     env = json.loads((folder / "job" / "job.json").read_text())
     assert env["world"] == 7 and env["master_addr"] == "10.0.0.2"
     assert labelled(token()) == []

@@ -240,6 +240,9 @@ def test_a_worker_whose_boundaries_stray_from_the_others_is_cut_where_they_agree
     assert got[:3] == right[:3]
     assert [(s.t_start, s.t_end, s.bytes_sent) for s in got[3]] == [(s.t_start, s.t_end, s.bytes_sent)
                                                                   for s in right[3]]
+    # cut at its own step lines instead: kept as it is, whatever the pauses say
+    kept = rhythm.agreed_steps([*right[:3], wrong], packets, 6, keep=[False, False, False, True])
+    assert kept[3] == wrong
 
 
 def test_losses_are_read_from_what_the_script_printed():
@@ -322,3 +325,23 @@ def test_a_jobs_stdout_is_copied_and_its_step_lines_timed(tmp_path):
     assert (tmp_path / "w.stdout").read_bytes().endswith(b"time 1.0\nno newline at the end")
     lines = read_step_lines(tmp_path / "w.step_lines.jsonl")
     assert [sl.step for sl in lines] == [1, 2] and all(before <= sl.t <= time.time() for sl in lines)
+
+
+def test_a_stdout_copier_that_cannot_write_still_drains_the_job(tmp_path, capsys):
+    """Its run folder gone: the copier says so once and reads on, so the job never blocks on a full pipe."""
+    import threading
+
+    from incastlab.userjob import copy_lines
+
+    r, w = os.pipe()
+    fr = os.fdopen(r, "rb")
+    copier = threading.Thread(target=copy_lines, args=(fr, tmp_path / "gone" / "w.stdout",
+                                                       tmp_path / "gone" / "w.step_lines.jsonl"))
+    copier.start()
+    with os.fdopen(w, "wb") as fw:
+        fw.write(b"step 1 loss 2.3\n" * 20000)  # 320 kB: several times what a pipe holds
+    copier.join(timeout=30)
+    assert not copier.is_alive()
+    assert fr.closed
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "w.stdout" in err[0] and "not kept" in err[0], err

@@ -18,7 +18,7 @@ from runmodel.job import JobSpec, RankJob, ShardJob
 from runmodel.records import read_jsonl
 from tests.waiting import wait_for
 from workloads.model import ModelSpec, init_weights, loss_and_grad, make_batch, shard_bounds
-from workloads.psproto import HEADER
+from workloads.psproto import HEADER, Header, Kind, recv_f32, recv_header, send_msg
 
 REPO = Path(__file__).resolve().parents[1]
 WORLD = 3
@@ -63,6 +63,8 @@ class Job:
     slow: dict[int, tuple[int, float]] = field(default_factory=dict)  # rank -> (slow_every, factor)
     worker_timeout: dict[int, float] = field(default_factory=dict)
     shards: int = 1
+    grad_mb: float = GRAD_MB
+    pull: str = "all"
     ps_flags: dict[int, list[str]] = field(default_factory=dict)  # shard -> extra flags
     worker_flags: dict[int, list[str]] = field(default_factory=dict)
     servers: list[subprocess.Popen[str]] = field(default_factory=list)
@@ -83,13 +85,14 @@ class Job:
         ranks = tuple(RankJob(r, f"h{r + 2}", "lo", slow_every=self.slow.get(r, (0, 1.0))[0],
                               slow_factor=self.slow.get(r, (0, 1.0))[1], log=str(self.worker_log(r)))
                       for r in range(WORLD))
-        return JobSpec(strategy=self.strategy, world=WORLD, steps=self.steps, grad_mb=GRAD_MB,
+        return JobSpec(strategy=self.strategy, world=WORLD, steps=self.steps, grad_mb=self.grad_mb,
                        batch=self.batch, lr=self.lr, seed=SEED, timeout=timeout, compute_ms=self.compute_ms,
                        staleness=self.staleness, backup=self.backup, master_addr="127.0.0.1",
                        master_port=ports[0], ranks=ranks, ps_bind="127.0.0.1",
                        shards=tuple(ShardJob(k, "h1", "127.0.0.1", ports[k],
                                              str(self.ps_log if k == 0 else self.folder / f"ps-{k}.jsonl"))
-                                    for k in range(self.shards)) if self.strategy in PS_FAMILY else ())
+                                    for k in range(self.shards)) if self.strategy in PS_FAMILY else (),
+                       pull=self.pull)
 
     def start(self) -> Job:
         self.folder.mkdir(parents=True, exist_ok=True)
@@ -423,3 +426,58 @@ def test_async_drops_a_hung_worker_after_timeout_and_trains_on(tmp_path: Path) -
     assert ev["reason"] == "sent nothing for 3 s"
     assert hung.returncode not in (None, 0)
     assert _one_line(err).startswith(f"worker {LOST}: ") and "parameter server" in err
+
+
+def test_serial_replies_blame_only_the_worker_that_stops_reading(tmp_path: Path) -> None:
+    """async:pull=serial: worker 0 pushes and then reads nothing, so the PS's one sender blocks on its
+    model (16 MB, more than the sockets hold) while the models of workers 1 and 2 wait behind it. After
+    the timeout the PS must drop worker 0 only, and 1 and 2 must still get their models: their wait
+    was the PS's, not a hang of theirs."""
+    job = Job("async", tmp_path, steps=1, timeout=3, grad_mb=16, pull="serial")
+    job.folder.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    job.spec([port], job.timeout).write(tmp_path / "job.json")
+    nparams = ModelSpec.from_grad_mb(job.grad_mb).nparams
+    job.servers = [spawn(["workloads.ps", "--job", str(tmp_path / "job.json"), "--shard", "0"])]
+    socks: list[socket.socket] = []
+    try:
+        def connect(rank: int) -> socket.socket:
+            s = socket.socket()
+            if rank == 0:
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # before connect: a small window
+            wait_for(lambda: s.connect_ex(("127.0.0.1", port)) == 0, 30, "the PS listening")
+            s.settimeout(60)
+            send_msg(s, Header(Kind.HELLO, rank=rank, arg=nparams))
+            return s
+        socks = [connect(r) for r in range(WORLD)]
+        welcome = [recv_header(s) for s in socks]
+        assert [h.kind for h in welcome] == [Kind.WELCOME] * WORLD
+        grad = np.zeros(nparams, dtype=np.float32)
+
+        def push(rank: int) -> None:
+            send_msg(socks[rank], Header(Kind.PUSH, rank=rank, step=0, version=welcome[rank].version),
+                     memoryview(grad).cast("B"))
+
+        push(0)
+
+        def reply_to_0_started() -> bool:
+            try:
+                return len(socks[0].recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)) > 0
+            except BlockingIOError:
+                return False
+        wait_for(reply_to_0_started, 30, "the PS's reply to worker 0 to begin")
+        push(1)
+        push(2)
+        for rank in (1, 2):
+            h = recv_header(socks[rank])
+            assert h.kind == Kind.WEIGHTS and h.rank == rank, h
+            assert recv_f32(socks[rank], h).size == nparams
+            send_msg(socks[rank], Header(Kind.BYE, rank=rank, version=h.version))
+        _, err = job.servers[0].communicate(timeout=GUARD_S)
+    finally:
+        for s in socks:
+            s.close()
+        job.kill()
+    assert job.servers[0].returncode == 0, err
+    lost = [x for x in read_jsonl(job.ps_log) if x["event"] == "worker_lost"]
+    assert [(x["worker"], x["reason"]) for x in lost] == [(0, "sent nothing for 3 s")], err

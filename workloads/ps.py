@@ -102,6 +102,9 @@ class ParameterServer:
         # serial pull: (rank, message) for the one sender that answers workers one after another
         self.serial: queue.Queue[tuple[int, tuple[Header, bytes]] | None] | None = (
             queue.Queue() if job.pull == "serial" else None)
+        # serial pull: ranks whose model waits behind another's send. Their silence is the PS's, not
+        # theirs: a worker that stops reading holds up those after it, and only it may be blamed.
+        self.queued: set[int] = set()
         self.listener = socket.create_server((bind, job.shard(shard).port if job.shards else job.master_port),
                                              backlog=max(16, job.world * 2))
 
@@ -164,6 +167,7 @@ class ParameterServer:
             rank, msg = item
             if rank in self.core.lost:
                 continue
+            self.events.put(("sending", rank, None))  # its silence counts from here (main thread)
             try:
                 send_msg(self.conns[rank].sock, *msg)
             except OSError as exc:
@@ -180,6 +184,7 @@ class ParameterServer:
         c = self.conns[rank]
         h = Header(Kind.WEIGHTS, rank=rank, step=self.core.clocks[rank], version=self.core.version)
         if self.serial is not None:
+            self.queued.add(rank)
             self.serial.put((rank, (h, self._weights_bytes())))
         else:
             c.outbox.put((h, self._weights_bytes()))
@@ -240,6 +245,8 @@ class ParameterServer:
 
     def _check_liveness(self) -> None:
         for r in self.core.silent(time.monotonic(), self.job.timeout):
+            if r in self.queued:  # its model is not on the way yet (serial pull)
+                continue
             c = self.conns[r]
             self._lose(
                 r, f"sent nothing for {self.job.timeout:g} s",
@@ -284,6 +291,9 @@ class ParameterServer:
                 continue
             c = self.conns[rank]
             self.core.heard(rank, time.monotonic())
+            if kind == "sending":
+                self.queued.discard(rank)
+                continue
             if kind == "lost":
                 if rank in self.core.done:
                     continue
