@@ -21,7 +21,7 @@ from runmodel.records import FaultRecord, JsonlWriter
 class FaultInjector:
     """Fires due faults; `tick()` is called by the runner's follow loop."""
 
-    def __init__(self, faults: list[Fault], log: Path, kill_worker: Callable[[int], None],
+    def __init__(self, faults: list[Fault], log: Path, kill_worker: Callable[[int], bool],
                  controller: Any, say: Callable[[str], None],
                  set_cpu: Callable[[str, float | None], None] | None = None) -> None:
         self.faults = list(faults)
@@ -42,8 +42,8 @@ class FaultInjector:
         self.log.write(FaultRecord(time.time(), event, fault.kind, fault.target, state))
         self.say(f"fault: {event} {fault.kind} {fault.target}".rstrip())
 
-    def tick(self, slowest_step: int) -> None:
-        """Fire what is due: by time since start, or by the slowest worker's step."""
+    def tick(self, steps_done: dict[int, int]) -> None:
+        """Fire what is due: by time since start, or by steps done (see Fault.due_at)."""
         now = time.time()
         for at, action, _label in list(self._pending):
             if now >= at:
@@ -52,9 +52,7 @@ class FaultInjector:
         for k, f in enumerate(self.faults):
             if k in self.fired:
                 continue
-            due = (f.at_s is not None and now - self.t0 >= f.at_s) or (
-                f.at_step is not None and slowest_step >= f.at_step)
-            if due:
+            if f.due(now - self.t0, steps_done):
                 self.fired.add(k)
                 self._fire(f, now)
 
@@ -72,8 +70,8 @@ class FaultInjector:
             _link(f.target, up=True)
             self._record("fired", f, state="up")
         elif f.kind == "kill-worker":
-            self.kill_worker(int(f.target))
-            self._record("fired", f)
+            # a worker that has already ended cannot be killed: say so rather than claim a kill
+            self._record("fired" if self.kill_worker(int(f.target)) else "missed", f)
         elif f.kind == "cpu" and self.set_cpu is not None and f.value is not None:
             self.set_cpu(f.host, f.value)
             self._record("fired", f, state=f"cpu={f.value:g}")

@@ -50,10 +50,10 @@ class StrategyRun:
         self.follower: Follower | None = None
         self.injector: FaultInjector | None = None
 
-    def _kill_worker(self, rank: int) -> None:
+    def _kill_worker(self, rank: int) -> bool:
         if self.follower is not None:
             self.follower.mark_killed(rank, f"kill-worker:{rank}")
-        self.launcher.kill_worker(rank)
+        return self.launcher.kill_worker(rank)
 
     def _phase(self, **kw: object) -> None:
         self.s.controller.set_phase(strategy=self.strategy, steps=self.cfg.steps, **kw)
@@ -66,7 +66,7 @@ class StrategyRun:
         while True:
             check = self.follower.check()
             if self.injector is not None:
-                self.injector.tick(check.slowest)
+                self.injector.tick(check.done)
             for loss in check.new_losses:
                 self.say(f"{self.strategy}: {loss.proc.label} {loss.why} at step {loss.step}; "
                          f"training goes on with {self.cfg.n_workers - len(self.follower.lost)} workers")

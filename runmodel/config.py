@@ -260,6 +260,7 @@ class ExperimentConfig:
         names = [spec.name for spec in self.strategy_specs]
         if len(set(names)) != len(names):
             raise ParamError("strategies: each strategy may appear once")
+        for spec in self.strategy_specs:
             if spec.placement == "colocated" and spec.shards > n:
                 raise ParamError(f"strategies: {spec.name}: colocated shards must be at most the "
                                  f"{n} workers")
@@ -296,7 +297,12 @@ class ExperimentConfig:
             if st.host not in workers:
                 raise ParamError(f"stragglers: host {st.host!r} runs no worker in this run")
             st.validate()
-        self.parsed_faults()
+        faults = self.parsed_faults()
+        if any(spec.kind == JOB for spec in self.strategy_specs):
+            by_step = [text for text, f in zip(self.faults, faults, strict=True) if f.at_step is not None]
+            if by_step:  # a job's steps are read off its traffic afterwards, not known while it runs
+                raise ParamError(f"faults: {by_step[0]!r}: a job's faults are timed in seconds "
+                                 f"(e.g. @5s), its steps are not known while it runs")
 
     def parsed_faults(self) -> list[Any]:
         """The fault specs, checked against the fabric."""

@@ -1,7 +1,9 @@
 """Fault specs: `KIND[:TARGET]@WHEN`, checked against the plan before anything starts.
 
-WHEN is `<seconds>s` after the strategy starts or `step<N>` (when the slowest worker has finished
-N steps). The injector that fires them lives with the runner (incastlab/faults.py).
+WHEN is `<seconds>s` after the strategy starts or `step<N>`: when the slowest worker has finished
+N steps, or for kill-worker when the worker it kills has (async workers drift apart: the slowest
+worker's step could come after the target has finished). The injector that fires them lives with
+the runner (incastlab/faults.py).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ _SPEC_RE = re.compile(r"^(?P<kind>[a-z-]+)(?::(?P<target>[^@]+))?"
 
 @dataclass(frozen=True)
 class Fault:
-    """One fault: what, on what, when (seconds after start, or when the slowest worker reaches a step)."""
+    """One fault: what, on what, when (seconds after start, or a step: see `due`)."""
 
     kind: str
     target: str = ""
@@ -33,6 +35,16 @@ class Fault:
     def host(self) -> str:
         """cpu: the host whose CPU limit changes (the target's part before '=')."""
         return self.target.partition("=")[0]
+
+    def due(self, seconds: float, steps_done: dict[int, int]) -> bool:
+        """Due `seconds` after the strategy started, given each rank's steps done so far."""
+        if self.at_s is not None:
+            return seconds >= self.at_s
+        if self.at_step is None or not steps_done:
+            return False
+        if self.kind == "kill-worker":
+            return steps_done.get(int(self.target), 0) >= self.at_step
+        return min(steps_done.values()) >= self.at_step
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""

@@ -521,7 +521,7 @@ class FaultRecord:
     """A fault action as it happened."""
 
     t: float
-    event: str  # fired | flap | restored
+    event: str  # fired | flap | restored | missed (kill-worker: the worker had already ended)
     kind: str
     target: str = ""
     state: str | None = None  # down | up | killed | restarted (none for kill-worker)

@@ -63,6 +63,8 @@ def test_async_carries_on_without_a_killed_worker_and_says_so(clean_host, tmp_pa
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "training goes on with 2 workers" in proc.stderr
     run = tmp_path / "latest" / "async"
+    fired = [(f["event"], f["target"]) for f in read_jsonl(run / "faults.jsonl")]
+    assert fired == [("fired", "1")], "the kill follows worker 1's own steps, so it finds it running"
     status = json.loads((run / "status.json").read_text())
     assert status["state"] == "complete" and list(status["lost_workers"]) == ["1"]
     for rank in (0, 2):
