@@ -21,9 +21,15 @@ SATURATED = 0.95
 MAX_SATURATED_SHARE = 0.25
 
 
+def samples_within(samples: list[CpuSample], t0: float, t1: float) -> list[CpuSample]:
+    """The CPU samples of a run's window; a sample is stamped at the end of its second, so the one
+    just after t1 still covers the run's last moments."""
+    return [c for c in samples if t0 <= c.t <= t1 + 1.0 and c.cores]
+
+
 def cpu_figures(samples: list[CpuSample], t0: float, t1: float) -> dict[str, float | None]:
     """cpu_busy_max, cpu_saturated_share and switch_cpu_max over [t0, t1]."""
-    inside = [c for c in samples if t0 <= c.t <= t1 + 1.0 and c.cores]
+    inside = samples_within(samples, t0, t1)
     if not inside:
         return {"cpu_busy_max": None, "cpu_saturated_share": None, "switch_cpu_max": None}
     means = [sum(c.cores) / len(c.cores) for c in inside]

@@ -166,11 +166,8 @@ def periodic_bursts(ts: np.ndarray, plen: np.ndarray, outgoing: np.ndarray, n_st
 def line_times(said: list[tuple[int, float]], n: int) -> list[float] | None:
     """When the lines `step 1..n` (or 0..n-1) were read, when the script printed exactly those, one a
     step, in order and at distinct moments; None otherwise (its stdout came in blocks, or another count)."""
-    ks = [k for k, _ in said]
     times = [t for _, t in said]
-    if n < 1 or len(said) != n or ks[0] not in (0, 1):
-        return None
-    if any(b != a + 1 for a, b in zip(ks, ks[1:], strict=False)):
+    if n < 1 or len(said) != n or not counts_steps([k for k, _ in said]):
         return None
     if any(b <= a for a, b in zip(times, times[1:], strict=False)):
         return None
@@ -234,9 +231,12 @@ def steps_from_output(text: str) -> int | None:
     """How many steps a script said it took: its lines `step K ...` when K counts up by one from 0 or 1
     (one line a step, as the shipped DDP example prints); None when it prints no such count."""
     ks = [int(m.group(1)) for line in text.splitlines() if (m := STEP_RE.search(line))]
-    if not ks or ks[0] not in (0, 1) or any(b != a + 1 for a, b in zip(ks, ks[1:], strict=False)):
-        return None
-    return len(ks)
+    return len(ks) if counts_steps(ks) else None
+
+
+def counts_steps(ks: list[int]) -> bool:
+    """The step numbers a script printed count up by one from 0 or 1 (one line a step)."""
+    return bool(ks) and ks[0] in (0, 1) and all(b == a + 1 for a, b in zip(ks, ks[1:], strict=False))
 
 
 def steps_of_job(captures: list[tuple[Path, str]], n_steps: int | None = None,

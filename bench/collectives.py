@@ -678,7 +678,7 @@ def report(
     cfg: Any,
 ) -> dict[str, Any]:
     """bench.json's document from the sweep's records and the probes."""
-    from analysis.fidelity import cpu_figures
+    from analysis.fidelity import cpu_figures, samples_within
     from runmodel.records import read_cpu_samples
 
     n = len(hosts)
@@ -726,7 +726,7 @@ def report(
     if probes and "ring" in fits:
         doc["alpha_breakdown"] = sweep.alpha_breakdown(probes, fits["ring"], n, counters, _cores())
     doc["largest"] = sweep.largest_summary(rows, n)
-    inside = [c.switch for c in samples if window[0] <= c.t <= window[1] + 1.0 and c.switch is not None]
+    inside = [c.switch for c in samples_within(samples, *window) if c.switch is not None]
     ceiling = (probes.get("tcp_ceiling") or {}).get("mean_goodput_over_link")
     ring_rows = [r for r in rows if r["collective"] == "ring"]
     doc["fidelity"] = sweep.fidelity(inside, ceiling,

@@ -21,10 +21,10 @@ from pathlib import Path
 import pytest
 
 from analysis.fabric_loss import fabric_drops
-from analysis.pcapfile import PcapError, read_pcap
+from analysis.pcapfile import read_pcap
 from analysis.tcp import analyze
 from incastlab.cli import main as cli_main
-from tests.waiting import wait_for
+from tests.waiting import pcap_fins, wait_for
 
 pytestmark = [
     pytest.mark.integration,
@@ -71,14 +71,6 @@ def _nx(ns: str, *args: str, check: bool = True) -> str:
 def _teardown() -> None:
     for ns in (NS_A, NS_R, NS_B):  # deleting a namespace deletes its veth ends too
         subprocess.run(["ip", "netns", "del", ns], capture_output=True)
-
-
-def _fins(path: Path) -> int:
-    """The FIN segments a capture holds so far (its last record may still be being written)."""
-    try:
-        return int(((read_pcap(path, allow_truncated=True).flags & 1) != 0).sum())
-    except PcapError:
-        return 0
 
 
 def _capture(tmp: Path, name: str, lossy: bool, nbytes: int) -> dict[str, object]:
@@ -190,7 +182,7 @@ def _capture(tmp: Path, name: str, lossy: bool, nbytes: int) -> dict[str, object
         )
         got = int(r.communicate(timeout=30)[0].strip())
         for f in (snd, rcv):  # both ends have closed: wait until each capture has both FINs
-            wait_for(lambda f=f: _fins(f) >= 2, 30, f"both FINs in {f.name}")
+            wait_for(lambda f=f: pcap_fins(f) >= 2, 30, f"both FINs in {f.name}")
         stats = []
         for t in procs[:2]:
             t.terminate()

@@ -31,6 +31,7 @@ from analysis.goodput import delivered_bytes
 from analysis.pcapfile import read_pcap
 from analysis.rto import rto_events
 from analysis.tcpopts import read_options
+from tests.waiting import pcap_fins, wait_for
 
 pytestmark = [
     pytest.mark.integration,
@@ -165,7 +166,9 @@ def incast(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, objec
             assert s.wait(timeout=120) == 0
         print(f"transfer {time.time() - t_run:.1f} s", flush=True)
         got = int(r.communicate(timeout=60)[0].strip())
-        time.sleep(0.5)
+        for ns, f in caps.items():  # both ends have closed: every FIN is in every capture
+            fins = 2 if ns in NS_S else 2 * SENDERS
+            wait_for(lambda f=f, n=fins: pcap_fins(f) >= n, 30, f"{fins} FINs in {f.name}")
         stop.set()
         sampler.join(timeout=5)
         errs = []

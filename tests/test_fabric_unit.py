@@ -173,3 +173,25 @@ def test_red_marking_queue_has_a_weight_tc_can_compute(mark_pkts: int) -> None:
     assert 1 <= wlog and int(opt["max"]).bit_length() + wlog < 32
     # what failed in the VM (K = 1, avpkt one frame): tc picks wlog 27, 1514 << 27 overflows, EINVAL
     assert FRAME_BYTES.bit_length() + _tc_red_wlog(FRAME_BYTES, 2, FRAME_BYTES) >= 32
+
+
+def test_the_controller_check_survives_a_hello_that_is_not_text() -> None:
+    """An OpenFlow HELLO with a transaction id that is not UTF-8 (Mininet's telnet check died on one)."""
+    import socket
+    import threading
+
+    from topologies.topo import FabricController
+
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        port = server.getsockname()[1]
+
+        def hello() -> None:
+            conn, _ = server.accept()
+            with conn:
+                conn.sendall(bytes([0x04, 0x00, 0x00, 0x08, 0xa4, 0xff, 0x00, 0x9c]))
+
+        t = threading.Thread(target=hello, daemon=True)
+        t.start()
+        assert FabricController.isListening(None, "127.0.0.1", port) is True  # type: ignore[arg-type]
+        t.join(timeout=5)
+    assert FabricController.isListening(None, "127.0.0.1", port) is False  # type: ignore[arg-type]

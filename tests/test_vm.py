@@ -3,12 +3,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
 import shutil
 import signal
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -66,65 +68,25 @@ def _libvirt_state() -> dict[str, list[str]]:
             "volumes": [v for v in names("vol-list", "default") if v.startswith("incastlab")]}
 
 
-@pytest.mark.vm
-@pytest.mark.timeout(7200)  # pytest's 600 s default stopped it mid-run under TCG (about 27 min)
-def test_the_vm_boots_runs_the_experiments_and_leaves_the_host_clean(tmp_path: Path) -> None:
-    """make vm-box && make vm-check: the run folders copied back say kernel datapath and the
-    virtualisation; the DCTCP line is in incast.json; no domain, volume, network or qemu is left."""
-    require(None if os.geteuid() == 0 else "needs root")
+# -- make vm-check as the vm tests run it, and the host it must leave behind -------------------------
+@contextlib.contextmanager
+def _vm_check(log: Path) -> Iterator[subprocess.Popen[bytes]]:
+    """make vm-box, then make vm-check in its own session (so a Ctrl-C can go to its whole process
+    group, as a terminal's does), its output in `log`; if the test fails while it still runs, it gets
+    that Ctrl-C and its teardown runs before the failure is reported."""
     box = subprocess.run(["make", "vm-box"], cwd=ROOT, capture_output=True, text=True, timeout=1200)
     assert box.returncode == 0, box.stderr[-2000:]
-    before = {p.name for p in (ROOT / "results").glob("vm-*")}
-    log = ROOT / "tests" / "artifacts" / "vm-check.log"  # its progress, to follow with tail -f
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("w") as out:
-        # its own session: on a timeout the whole vm-check gets the Ctrl-C its trap tears down on
         check = subprocess.Popen(["make", "vm-check"], cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
                                  start_new_session=True)
-        try:
-            check.wait(timeout=4800)
-        except subprocess.TimeoutExpired:
+    try:
+        yield check
+    except BaseException:
+        if check.poll() is None:
             os.killpg(check.pid, signal.SIGINT)
             check.wait(timeout=600)
-            pytest.fail(f"make vm-check took over 80 min; interrupted: {log.read_text()[-2000:]}")
-    assert check.returncode == 0, log.read_text()[-3000:]
-    new = sorted(p for p in (ROOT / "results").glob("vm-*") if p.name not in before)
-    assert len(new) == 1, new
-    configs = [json.loads(p.read_text()) for p in new[0].glob("*/config.json")]
-    assert configs, f"no run folder came back in {new[0]}"
-    for cfg in configs:
-        env = cfg["environment"]
-        assert env["datapath"] == "kernel"
-        assert env["virtualisation"] in {"tcg", "kvm"}
-    incast = [json.loads(p.read_text()) for p in new[0].glob("*/incast.json")]
-    dctcp = [r for doc in incast for r in doc["rows"] if r["line"] == "cc=dctcp" and r["state"] == "complete"]
-    assert dctcp, [doc.get("not_run") for doc in incast]
-    assert (new[0] / "phases.tsv").is_file()
-    # the host afterwards
-    assert shutil.which("virsh")
-    assert _libvirt_state() == {"domains": [], "networks": [], "volumes": []}
-    qemu = subprocess.run(["pgrep", "-f", "qemu-system-x86_64 -name guest=incastlab"], capture_output=True)
-    assert qemu.returncode == 1, qemu.stdout
-    assert hygiene.vm_leftovers() == []
-    # the Vagrantfile: valid for libvirt; the other providers' blocks parse (no VirtualBox here to check)
-    env = {**os.environ, "VAGRANT_HOME": str(tmp_path / "vagrant.d"),
-           "VAGRANT_DOTFILE_PATH": str(tmp_path / "dot")}
-    for extra, provider in ((["validate"], "libvirt"), (["validate", "--ignore-provider"], "virtualbox")):
-        proc = subprocess.run(["vagrant", *extra], cwd=ROOT, capture_output=True, text=True, timeout=120,
-                              env={**env, "VAGRANT_DEFAULT_PROVIDER": provider})
-        assert proc.returncode == 0, (provider, proc.stdout[-500:], proc.stderr[-500:])
-
-
-# -- hygiene when vm-check does not finish: Ctrl-C while the VM boots, a provisioning that fails ------
-def _start_vm_check(log: Path) -> subprocess.Popen[bytes]:
-    """make vm-check in its own session (so a Ctrl-C can go to its whole process group, as a
-    terminal's does), its output in `log`."""
-    box = subprocess.run(["make", "vm-box"], cwd=ROOT, capture_output=True, text=True, timeout=1200)
-    assert box.returncode == 0, box.stderr[-2000:]
-    log.parent.mkdir(parents=True, exist_ok=True)
-    with log.open("w") as out:
-        return subprocess.Popen(["make", "vm-check"], cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+        raise
 
 
 def _ended(proc: subprocess.Popen[bytes]) -> None:
@@ -155,25 +117,59 @@ def _daemons() -> set[str]:
 
 
 @pytest.mark.vm
+@pytest.mark.timeout(7200)  # pytest's 600 s default stopped it mid-run under TCG (about 27 min)
+def test_the_vm_boots_runs_the_experiments_and_leaves_the_host_clean(tmp_path: Path) -> None:
+    """make vm-box && make vm-check: the run folders copied back say kernel datapath and the
+    virtualisation; the DCTCP line is in incast.json; no domain, volume, network or qemu is left."""
+    require(None if os.geteuid() == 0 else "needs root")
+    before_daemons = _daemons()
+    before = {p.name for p in (ROOT / "results").glob("vm-*")}
+    log = ROOT / "tests" / "artifacts" / "vm-check.log"  # its progress, to follow with tail -f
+    with _vm_check(log) as check:
+        try:
+            check.wait(timeout=4800)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"make vm-check took over 80 min; interrupting it: {log.read_text()[-2000:]}")
+    assert check.returncode == 0, log.read_text()[-3000:]
+    new = sorted(p for p in (ROOT / "results").glob("vm-*") if p.name not in before)
+    assert len(new) == 1, new
+    configs = [json.loads(p.read_text()) for p in new[0].glob("*/config.json")]
+    assert configs, f"no run folder came back in {new[0]}"
+    for cfg in configs:
+        env = cfg["environment"]
+        assert env["datapath"] == "kernel"
+        assert env["virtualisation"] in {"tcg", "kvm"}
+    incast = [json.loads(p.read_text()) for p in new[0].glob("*/incast.json")]
+    dctcp = [r for doc in incast for r in doc["rows"] if r["line"] == "cc=dctcp" and r["state"] == "complete"]
+    assert dctcp, [doc.get("not_run") for doc in incast]
+    assert (new[0] / "phases.tsv").is_file()
+    assert shutil.which("virsh")
+    _assert_host_clean(before_daemons)
+    # the Vagrantfile: valid for libvirt; the other providers' blocks parse (no VirtualBox here to check)
+    env = {**os.environ, "VAGRANT_HOME": str(tmp_path / "vagrant.d"),
+           "VAGRANT_DOTFILE_PATH": str(tmp_path / "dot")}
+    for extra, provider in ((["validate"], "libvirt"), (["validate", "--ignore-provider"], "virtualbox")):
+        proc = subprocess.run(["vagrant", *extra], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                              env={**env, "VAGRANT_DEFAULT_PROVIDER": provider})
+        assert proc.returncode == 0, (provider, proc.stdout[-500:], proc.stderr[-500:])
+
+
+# -- hygiene when vm-check does not finish: Ctrl-C while the VM boots, a provisioning that fails ------
+@pytest.mark.vm
 @pytest.mark.timeout(3600)
 def test_ctrl_c_while_the_vm_boots_leaves_the_host_clean() -> None:
     """Ctrl-C once the guest's qemu runs (vagrant up still waiting for sshd): exit 130, nothing left."""
     require(None if os.geteuid() == 0 else "needs root")
     before = _daemons()
     log = ROOT / "tests" / "artifacts" / "vm-check-interrupt.log"
-    check = _start_vm_check(log)
-    try:
+    with _vm_check(log) as check:
         def booting() -> bool:
             _ended(check)
             return _guest_running()
         wait_for(booting, 900, "the guest's qemu process", interval=1)
-    except BaseException:
         os.killpg(check.pid, signal.SIGINT)
-        check.wait(timeout=600)
-        raise
-    os.killpg(check.pid, signal.SIGINT)
-    # make re-raises the Ctrl-C after its child (the script, exit 130) ended: a shell shows 130 for both
-    assert check.wait(timeout=600) in (130, -signal.SIGINT), log.read_text()[-2000:]
+        # make re-raises the Ctrl-C after its child (the script, exit 130) ended: a shell shows 130 for both
+        assert check.wait(timeout=600) in (130, -signal.SIGINT), log.read_text()[-2000:]
     text = log.read_text()
     assert "[vm-check] teardown" in text and "[vm-check] failed (exit 130)" in text, text[-2000:]
     _assert_host_clean(before)
@@ -199,8 +195,7 @@ def test_a_failed_provisioning_ends_the_run_and_leaves_the_host_clean() -> None:
     require(None if os.geteuid() == 0 else "needs root")
     before = _daemons()
     log = ROOT / "tests" / "artifacts" / "vm-check-failed-provision.log"
-    check = _start_vm_check(log)
-    try:
+    with _vm_check(log) as check:
         def making_deps() -> bool:
             _ended(check)
             return "default: == openvswitch" in log.read_text()  # the guest's make deps has begun
@@ -208,11 +203,6 @@ def test_a_failed_provisioning_ends_the_run_and_leaves_the_host_clean() -> None:
         killed = _ssh_guest("sudo pkill -f 'make [d]eps'")  # [d]: not this shell's own line
         assert killed.returncode == 0, (killed.stdout, killed.stderr)
         assert check.wait(timeout=900) == 2, log.read_text()[-2000:]  # make's "a recipe failed"
-    except BaseException:
-        if check.poll() is None:
-            os.killpg(check.pid, signal.SIGINT)
-            check.wait(timeout=600)
-        raise
     text = log.read_text()
     assert "make vm-check: provisioning (make deps, make image) failed" in text, text[-2000:]
     assert "[vm-check] teardown" in text and "[vm-check] failed (exit 1)" in text, text[-2000:]

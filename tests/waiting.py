@@ -13,6 +13,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+from analysis.pcapfile import PcapError, read_pcap
+
 T = TypeVar("T")
 
 
@@ -70,3 +72,11 @@ def wait_for_polls(get: Callable[[str], Any], t0: float, names: set[str], timeou
     """Wait until the controller has polled every port in `names` `polls` times after `t0`."""
     wait_for(lambda: polls_since(get, t0, names, kind) >= polls, timeout,
              f"{polls} controller polls of {sorted(names)} ({kind}) after t={t0:.2f}")
+
+
+def pcap_fins(path: Path) -> int:
+    """The FIN segments a capture holds so far (its last record may still be being written)."""
+    try:
+        return int(((read_pcap(path, allow_truncated=True).flags & 1) != 0).sum())
+    except (PcapError, OSError):
+        return 0

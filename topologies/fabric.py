@@ -25,7 +25,7 @@ from runmodel.fabric import Plan
 from runmodel.params import ParamError
 from topologies.containers import MARKER, Container, ContainerSet, HostRuntime, Limits, cpus_for_share
 from topologies.hygiene import sweep_fabric
-from topologies.topo import LeafSpineTopo
+from topologies.topo import FabricController, LeafSpineTopo
 
 OVS_CTL = "/usr/share/openvswitch/scripts/ovs-ctl"
 
@@ -185,14 +185,14 @@ class Fabric:
         """Build the network, shape every port, wait for the switches to reach the controller."""
         from mininet.log import setLogLevel
         from mininet.net import Mininet
-        from mininet.node import OVSSwitch, RemoteController
+        from mininet.node import OVSSwitch
 
         ensure_ovs()
         if self.datapath == "auto":
             self.datapath = detect_datapath()
         setLogLevel("error")
         switch = partial(OVSSwitch, datapath=self.datapath, protocols="OpenFlow13", failMode="secure")
-        controller = partial(RemoteController, ip=self.controller_host, port=self.controller_port)
+        controller = partial(FabricController, ip=self.controller_host, port=self.controller_port)
         try:
             if self.hosts_runtime.docker:  # the containers first: their namespaces become the hosts'
                 self.containers = ContainerSet(self.hosts_runtime, os.environ.get(MARKER, ""))

@@ -8,13 +8,32 @@ is a DockerHost: a Mininet host whose shell lives in the container's network nam
 
 from __future__ import annotations
 
+import socket
 from typing import Any
 
-from mininet.node import CPULimitedHost, Host
+from mininet.log import warn
+from mininet.node import CPULimitedHost, Host, RemoteController
 from mininet.topo import Topo
 
 from runmodel.fabric import Plan
 from topologies.containers import Container, ContainerSet
+
+
+class FabricController(RemoteController):
+    """Mininet's RemoteController, but its is-anyone-listening check is a plain TCP connect.
+
+    Mininet's own check runs `telnet` to the controller's port and reads its output as UTF-8; the
+    controller answers with a binary OpenFlow HELLO whose random transaction id is now and then not
+    UTF-8, and the fabric's start failed with a UnicodeDecodeError (seen once in a CI run).
+    """
+
+    def isListening(self, ip: str, port: int) -> bool:  # noqa: N802 - Mininet's name
+        try:
+            with socket.create_connection((ip, port), timeout=5):
+                return True
+        except OSError:
+            warn(f"Unable to contact the remote controller at {ip}:{port}\n")
+            return False
 
 
 class DockerHost(Host):
