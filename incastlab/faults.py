@@ -43,7 +43,7 @@ class FaultInjector:
         self.say(f"fault: {event} {fault.kind} {fault.target}".rstrip())
 
     def tick(self, steps_done: dict[int, int]) -> None:
-        """Fire what is due: by time since start, or by steps done (see Fault.due_at)."""
+        """Fire what is due: by time since start, or by steps done (see Fault.due)."""
         now = time.time()
         for at, action, _label in list(self._pending):
             if now >= at:

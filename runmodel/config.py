@@ -255,8 +255,6 @@ class ExperimentConfig:
         n = self.n_workers
         if n < 2:
             raise ParamError(f"workers: data-parallel training needs at least 2 workers, got {n}")
-        if not self.strategies:
-            raise ParamError("strategies: name at least one")
         names = [spec.name for spec in self.strategy_specs]
         if len(set(names)) != len(names):
             raise ParamError("strategies: each strategy may appear once")
