@@ -61,7 +61,8 @@ Known differences from the kernel's counters, by construction:
 - packets the capture missed (tcpdump drops) hide events.
 - a sender with a backlog in its own qdisc: its sends are placed only to TSval's 1 ms, so a timer's
   retransmission that an incoming (duplicate) ACK preceded by less than that is taken as ACK-clocked
-  and missed (CI runs: PS host 2 of 4-6 found, its workers exact); a lower bound there.
+  and missed (eight short ps runs: PS host 7 of 20 found, its workers within one). Not strictly a
+  lower bound there: one CI run found 2 where the PS host's kernel counted 1.
 
 Measured on the sample `make compare` run (7 workers, PS h1, 20 Mbit/s, 20-packet buffers), per
 host the timeouts of its own flows in its own capture vs TcpExtTCPTimeouts of its namespace:
