@@ -28,8 +28,9 @@ test-unit:       ## tests that need no network
 test-integration:
 	$(PY) -m pytest -ra -m "integration or browser" $(ARGS)
 
-lint:
+lint:            ## ruff's linter and formatter, both as checks
 	.venv/bin/ruff check .
+	.venv/bin/ruff format --check .
 
 fabric:          ## bring up the default fabric, check and calibrate it (ARGS="--cli" for Mininet's CLI)
 	$(IL) fabric $(ARGS)

@@ -45,5 +45,8 @@ def push_then_pull_s(spec: StrategySpec, workers: int, grad_bytes: int, link_mbi
 def comm_split(comm_s: float, bound_s: float, timeout_stall_s: float, steps: int) -> dict[str, float]:
     """comm_s as bound + time lost to timeouts + the rest (never below 0)."""
     timeouts = timeout_stall_s / steps if steps else 0.0
-    return {"bound_s": round(bound_s, 4), "timeouts_s": round(timeouts, 4),
-            "rest_s": round(max(0.0, comm_s - bound_s - timeouts), 4)}
+    return {
+        "bound_s": round(bound_s, 4),
+        "timeouts_s": round(timeouts, 4),
+        "rest_s": round(max(0.0, comm_s - bound_s - timeouts), 4),
+    }

@@ -16,16 +16,41 @@ from analysis.rto import RTO_MIN_S, rto_events
 from analysis.tcp import analyze
 from analysis.tcpopts import read_options
 
-_TEXT_KEYS = ("records", "packets", "segments", "bytes", "retransmits", "fast_retransmits",
-              "timeout_retransmits", "wireshark_fast_retransmits", "spurious_retransmits", "dup_acks",
-              "out_of_order", "zero_window", "lost_segments", "timeouts", "loss_probes", "stall_s",
-              "delivered_bytes", "flows", "connections")
-_FLOW_KEYS = ("segments", "retransmits", "dup_acks", "out_of_order", "timeouts", "loss_probes",
-              "delivered_bytes")
+_TEXT_KEYS = (
+    "records",
+    "packets",
+    "segments",
+    "bytes",
+    "retransmits",
+    "fast_retransmits",
+    "timeout_retransmits",
+    "wireshark_fast_retransmits",
+    "spurious_retransmits",
+    "dup_acks",
+    "out_of_order",
+    "zero_window",
+    "lost_segments",
+    "timeouts",
+    "loss_probes",
+    "stall_s",
+    "delivered_bytes",
+    "flows",
+    "connections",
+)
+_FLOW_KEYS = (
+    "segments",
+    "retransmits",
+    "dup_acks",
+    "out_of_order",
+    "timeouts",
+    "loss_probes",
+    "delivered_bytes",
+)
 
 
-def analyze_counts(path: str, *, allow_truncated: bool = False, per_flow: bool = False,
-                   rto_min_s: float = RTO_MIN_S) -> dict[str, object]:
+def analyze_counts(
+    path: str, *, allow_truncated: bool = False, per_flow: bool = False, rto_min_s: float = RTO_MIN_S
+) -> dict[str, object]:
     """The counts `incastlab analyze` prints for one file.
 
     tcp.TcpAnalysis.summary() (segment counts, Wireshark-style classification) plus: file,
@@ -42,17 +67,26 @@ def analyze_counts(path: str, *, allow_truncated: bool = False, per_flow: bool =
     dl = delivered_bytes(pk)
     res: dict[str, object] = {"file": path, "truncated_at": pk.truncated_at, "records": pk.records}
     res.update(an.summary())
-    res.update(timeouts=rt.timeouts, loss_probes=rt.loss_probes, stall_s=rt.stall_s, delivered_bytes=dl.bytes,
-               timeouts_by_sender=rt.by_sender(),
-               delivered_by_receiver={k: v["bytes"] for k, v in dl.by_receiver.items()})
+    res.update(
+        timeouts=rt.timeouts,
+        loss_probes=rt.loss_probes,
+        stall_s=rt.stall_s,
+        delivered_bytes=dl.bytes,
+        timeouts_by_sender=rt.by_sender(),
+        delivered_by_receiver={k: v["bytes"] for k, v in dl.by_receiver.items()},
+    )
     if per_flow:
         to = {f.flow: f for f in rt.flows}
         got = {f.flow: f.bytes for f in dl.flows}
         rows = an.per_flow()
         for row in rows:
             f = to.get(str(row["flow"]))
-            row.update(timeouts=f.timeouts if f else 0, loss_probes=f.loss_probes if f else 0,
-                       stall_s=f.stall_s if f else 0.0, delivered_bytes=got.get(str(row["flow"]), 0))
+            row.update(
+                timeouts=f.timeouts if f else 0,
+                loss_probes=f.loss_probes if f else 0,
+                stall_s=f.stall_s if f else 0.0,
+                delivered_bytes=got.get(str(row["flow"]), 0),
+            )
         res["per_flow"] = rows
     return res
 
@@ -68,31 +102,48 @@ def _print_text(res: dict[str, object]) -> None:
         print(f"  {k:<27} {res[k]}")
     by = res.get("timeouts_by_sender") or {}
     if by:
-        print(f"  {'timeouts by sender':<27} " + " ".join(
-            f"{ip}={row['timeouts']}" for ip, row in by.items()))  # type: ignore[union-attr,index]
+        print(
+            f"  {'timeouts by sender':<27} " + " ".join(f"{ip}={row['timeouts']}" for ip, row in by.items())
+        )  # type: ignore[union-attr,index]
     for row in res.get("per_flow", []):  # type: ignore[union-attr]
         print(f"  {row['flow']}: " + " ".join(f"{k}={row[k]}" for k in _FLOW_KEYS))
 
 
-ANALYZE_HELP = ("TCP counts of pcap files: segments, retransmissions (fast / timeout, as Wireshark "
-                "classifies them), dup ACKs, out-of-order, zero windows, timeout events and tail loss probes "
-                "(count them on the sender's capture), delivered bytes (unique payload bytes; count them on "
-                "the receiver's capture).")
-INSPECT_HELP = ("the packets of one TCP connection (both directions), each labelled (retransmission, "
-                "dup ACK, timeout, ...); sequence numbers and windows as tshark shows them")
+ANALYZE_HELP = (
+    "TCP counts of pcap files: segments, retransmissions (fast / timeout, as Wireshark "
+    "classifies them), dup ACKs, out-of-order, zero windows, timeout events and tail loss probes "
+    "(count them on the sender's capture), delivered bytes (unique payload bytes; count them on "
+    "the receiver's capture)."
+)
+INSPECT_HELP = (
+    "the packets of one TCP connection (both directions), each labelled (retransmission, "
+    "dup ACK, timeout, ...); sequence numbers and windows as tshark shows them"
+)
 
 
 def add_analyze_arguments(ap: argparse.ArgumentParser) -> None:
     """The options of `incastlab analyze` (the command line's tree adds the subcommand)."""
     ap.add_argument("pcap", nargs="+", help="one or more classic pcap files")
-    ap.add_argument("--json", action="store_true",
-                    help="print one JSON object per file, one per line (default: text)")
-    ap.add_argument("--per-flow", action="store_true",
-                    help="also the counts of each flow direction (default: totals only)")
-    ap.add_argument("--allow-truncated", action="store_true",
-                    help="count what precedes a cut record (default: a cut file is an error)")
-    ap.add_argument("--rto-min", type=float, default=RTO_MIN_S, metavar="S",
-                    help=f"the senders' minimum RTO in seconds, for the timeout count (default: {RTO_MIN_S})")
+    ap.add_argument(
+        "--json", action="store_true", help="print one JSON object per file, one per line (default: text)"
+    )
+    ap.add_argument(
+        "--per-flow",
+        action="store_true",
+        help="also the counts of each flow direction (default: totals only)",
+    )
+    ap.add_argument(
+        "--allow-truncated",
+        action="store_true",
+        help="count what precedes a cut record (default: a cut file is an error)",
+    )
+    ap.add_argument(
+        "--rto-min",
+        type=float,
+        default=RTO_MIN_S,
+        metavar="S",
+        help=f"the senders' minimum RTO in seconds, for the timeout count (default: {RTO_MIN_S})",
+    )
 
 
 def run_analyze(a: argparse.Namespace) -> int:
@@ -103,8 +154,9 @@ def run_analyze(a: argparse.Namespace) -> int:
     try:
         for path in a.pcap:
             try:
-                res = analyze_counts(path, allow_truncated=a.allow_truncated, per_flow=a.per_flow,
-                                     rto_min_s=a.rto_min)
+                res = analyze_counts(
+                    path, allow_truncated=a.allow_truncated, per_flow=a.per_flow, rto_min_s=a.rto_min
+                )
             except AnalysisError as exc:
                 if len(a.pcap) == 1:
                     raise
@@ -125,17 +177,36 @@ def run_analyze(a: argparse.Namespace) -> int:
 def add_inspect_arguments(ap: argparse.ArgumentParser) -> None:
     """The options of `incastlab inspect`."""
     ap.add_argument("pcap", help="a classic pcap file")
-    ap.add_argument("--flow", required=True, metavar="SRC:PORT-DST:PORT",
-                    help="the connection (required; either direction)")
-    ap.add_argument("--around", type=float, default=None, metavar="T",
-                    help="only packets near T seconds after the capture's first packet "
-                         "(default: the whole connection)")
-    ap.add_argument("--span", type=float, default=0.05, metavar="S",
-                    help="half-width of the --around window in seconds (default: 0.05)")
-    ap.add_argument("--absolute", action="store_true",
-                    help="absolute sequence and ACK numbers (default: relative, as tshark shows them)")
-    ap.add_argument("--allow-truncated", action="store_true",
-                    help="show what precedes a cut record (default: a cut file is an error)")
+    ap.add_argument(
+        "--flow",
+        required=True,
+        metavar="SRC:PORT-DST:PORT",
+        help="the connection (required; either direction)",
+    )
+    ap.add_argument(
+        "--around",
+        type=float,
+        default=None,
+        metavar="T",
+        help="only packets near T seconds after the capture's first packet (default: the whole connection)",
+    )
+    ap.add_argument(
+        "--span",
+        type=float,
+        default=0.05,
+        metavar="S",
+        help="half-width of the --around window in seconds (default: 0.05)",
+    )
+    ap.add_argument(
+        "--absolute",
+        action="store_true",
+        help="absolute sequence and ACK numbers (default: relative, as tshark shows them)",
+    )
+    ap.add_argument(
+        "--allow-truncated",
+        action="store_true",
+        help="show what precedes a cut record (default: a cut file is an error)",
+    )
 
 
 def run_inspect(a: argparse.Namespace) -> int:
@@ -145,8 +216,14 @@ def run_inspect(a: argparse.Namespace) -> int:
     if a.span < 0:
         raise AnalysisError("--span must be >= 0")
     try:
-        n = inspect_flow(a.pcap, a.flow, around=a.around, span=a.span, absolute=a.absolute,
-                         allow_truncated=a.allow_truncated)
+        n = inspect_flow(
+            a.pcap,
+            a.flow,
+            around=a.around,
+            span=a.span,
+            absolute=a.absolute,
+            allow_truncated=a.allow_truncated,
+        )
     except BrokenPipeError:
         return 0
     if n == 0:

@@ -75,11 +75,17 @@ class DequeueGaps:
 
     def to_dict(self) -> dict[str, object]:
         """JSON-ready (the CDF as lists, the raw ratios left out)."""
-        return {"rate_bps": self.rate_bps, "packets": self.packets, "gaps": self.gaps,
-                "median_ratio": self.median_ratio, "mean_ratio": self.mean_ratio,
-                "achieved_share": self.achieved_share, "percentiles": self.percentiles,
-                "cdf_x": [round(float(x), 4) for x in self.cdf_x],
-                "cdf_y": [round(float(y), 4) for y in self.cdf_y]}
+        return {
+            "rate_bps": self.rate_bps,
+            "packets": self.packets,
+            "gaps": self.gaps,
+            "median_ratio": self.median_ratio,
+            "mean_ratio": self.mean_ratio,
+            "achieved_share": self.achieved_share,
+            "percentiles": self.percentiles,
+            "cdf_x": [round(float(x), 4) for x in self.cdf_x],
+            "cdf_y": [round(float(y), 4) for y in self.cdf_y],
+        }
 
 
 def _range_min(values: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
@@ -100,9 +106,16 @@ def _range_min(values: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray
     return out
 
 
-def dequeue_gaps(p: Packets, queue: QueueSamples, rate_bps: float, *, receiver: str | int,
-                 min_backlog: int = MIN_BACKLOG, ideal: str = "previous",
-                 cdf_points: int = CDF_POINTS) -> DequeueGaps:
+def dequeue_gaps(
+    p: Packets,
+    queue: QueueSamples,
+    rate_bps: float,
+    *,
+    receiver: str | int,
+    min_backlog: int = MIN_BACKLOG,
+    ideal: str = "previous",
+    cdf_points: int = CDF_POINTS,
+) -> DequeueGaps:
     """Inter-departure gaps of the packets toward `receiver` in an egress capture, while every
     queue sample from the one before the earlier packet to the one after the later packet had at
     least min_backlog packets (default 2), divided by wire bytes * 8 / rate_bps of the earlier
@@ -116,8 +129,18 @@ def dequeue_gaps(p: Packets, queue: QueueSamples, rate_bps: float, *, receiver: 
     t = p.ts_ns[sel]
     wire = p.wirelen[sel]
     empty = np.zeros(0, dtype=np.float64)
-    none = DequeueGaps(rate_bps=rate_bps, packets=int(sel.size), gaps=0, median_ratio=None, mean_ratio=None,
-                       achieved_share=None, percentiles={}, cdf_x=empty, cdf_y=empty, ratio=empty)
+    none = DequeueGaps(
+        rate_bps=rate_bps,
+        packets=int(sel.size),
+        gaps=0,
+        median_ratio=None,
+        mean_ratio=None,
+        achieved_share=None,
+        percentiles={},
+        cdf_x=empty,
+        cdf_y=empty,
+        ratio=empty,
+    )
     qt, qb = queue.t, queue.backlog_packets
     if sel.size < 2 or qt.size == 0:
         return none
@@ -141,8 +164,15 @@ def dequeue_gaps(p: Packets, queue: QueueSamples, rate_bps: float, *, receiver: 
         pick = np.unique(np.linspace(0, xs.size - 1, cdf_points).round().astype(np.int64))
         xs, ys = xs[pick], ys[pick]
     pcts = {f"p{q}": round(float(v), 4) for q, v in zip(PERCENTILES, pct, strict=True)}
-    return DequeueGaps(rate_bps=rate_bps, packets=int(sel.size), gaps=int(ratio.size),
-                       median_ratio=round(float(np.median(ratio)), 4),
-                       mean_ratio=round(float(ratio.mean()), 4),
-                       achieved_share=round(float(ideal_ns.sum() / g.sum()), 4) if g.sum() > 0 else None,
-                       percentiles=pcts, cdf_x=xs, cdf_y=ys, ratio=ratio)
+    return DequeueGaps(
+        rate_bps=rate_bps,
+        packets=int(sel.size),
+        gaps=int(ratio.size),
+        median_ratio=round(float(np.median(ratio)), 4),
+        mean_ratio=round(float(ratio.mean()), 4),
+        achieved_share=round(float(ideal_ns.sum() / g.sum()), 4) if g.sum() > 0 else None,
+        percentiles=pcts,
+        cdf_x=xs,
+        cdf_y=ys,
+        ratio=ratio,
+    )

@@ -17,8 +17,13 @@ from analysis.pcapfile import Packets, ip_to_str
 def _segment_keys(p: Packets) -> tuple[np.ndarray, np.ndarray]:
     """(flow key, segment key) of each data segment: flow = 96-bit 4-tuple, segment = seq<<32|len."""
     d = p.plen > 0
-    flow = np.stack([(p.src[d].astype(np.uint64) << np.uint64(16)) | p.sport[d].astype(np.uint64),
-                     (p.dst[d].astype(np.uint64) << np.uint64(16)) | p.dport[d].astype(np.uint64)], axis=1)
+    flow = np.stack(
+        [
+            (p.src[d].astype(np.uint64) << np.uint64(16)) | p.sport[d].astype(np.uint64),
+            (p.dst[d].astype(np.uint64) << np.uint64(16)) | p.dport[d].astype(np.uint64),
+        ],
+        axis=1,
+    )
     seg = (p.seq[d].astype(np.uint64) << np.uint64(32)) | p.plen[d].astype(np.uint64)
     return flow, seg
 
@@ -34,12 +39,13 @@ def fabric_drops(sender: Packets, receiver: Packets) -> dict[str, object]:
     fr, sr = _segment_keys(receiver)
     allflows, inv = np.unique(np.concatenate([fs, fr]), axis=0, return_inverse=True)
     inv = inv.ravel()
-    ids, idr = inv[: fs.shape[0]], inv[fs.shape[0]:]
+    ids, idr = inv[: fs.shape[0]], inv[fs.shape[0] :]
     common = np.isin(ids, np.unique(idr))
     ids, ss = ids[common], ss[common]
     # count copies of each (flow, segment) on both sides
-    keys = np.concatenate([np.stack([ids.astype(np.uint64), ss], 1),
-                           np.stack([idr.astype(np.uint64), sr], 1)])
+    keys = np.concatenate(
+        [np.stack([ids.astype(np.uint64), ss], 1), np.stack([idr.astype(np.uint64), sr], 1)]
+    )
     who = np.concatenate([np.zeros(ids.shape[0], dtype=np.int64), np.ones(idr.shape[0], dtype=np.int64)])
     uk, kinv = np.unique(keys, axis=0, return_inverse=True)
     kinv = kinv.ravel()
@@ -52,9 +58,18 @@ def fabric_drops(sender: Packets, receiver: Packets) -> dict[str, object]:
     for fid in np.unique(flow_of).tolist():
         sel = flow_of == fid
         a, b = int(allflows[fid, 0]), int(allflows[fid, 1])
-        per_flow.append({"flow": f"{ip_to_str(a >> 16)}:{a & 0xFFFF}-{ip_to_str(b >> 16)}:{b & 0xFFFF}",
-                         "sent": int(n_s[sel].sum()), "received": int(n_r[sel].sum()),
-                         "drops": int(miss[sel].sum())})
-    return {"fabric_drops_pcap": int(miss.sum()), "sender_segments": int(ids.shape[0]),
-            "receiver_segments": int(idr.shape[0]), "unexpected_at_receiver": int(extra.sum()),
-            "per_flow": per_flow}
+        per_flow.append(
+            {
+                "flow": f"{ip_to_str(a >> 16)}:{a & 0xFFFF}-{ip_to_str(b >> 16)}:{b & 0xFFFF}",
+                "sent": int(n_s[sel].sum()),
+                "received": int(n_r[sel].sum()),
+                "drops": int(miss[sel].sum()),
+            }
+        )
+    return {
+        "fabric_drops_pcap": int(miss.sum()),
+        "sender_segments": int(ids.shape[0]),
+        "receiver_segments": int(idr.shape[0]),
+        "unexpected_at_receiver": int(extra.sum()),
+        "per_flow": per_flow,
+    }

@@ -35,8 +35,11 @@ def cpu_figures(samples: list[CpuSample], t0: float, t1: float) -> dict[str, flo
     means = [sum(c.cores) / len(c.cores) for c in inside]
     saturated = sum(1 for c in inside if min(c.cores) >= SATURATED)
     switch = [c.switch for c in inside if c.switch is not None]
-    return {"cpu_busy_max": round(max(means), 3), "cpu_saturated_share": round(saturated / len(inside), 3),
-            "switch_cpu_max": round(max(switch), 3) if switch else None}
+    return {
+        "cpu_busy_max": round(max(means), 3),
+        "cpu_saturated_share": round(saturated / len(inside), 3),
+        "switch_cpu_max": round(max(switch), 3) if switch else None,
+    }
 
 
 def unexplained_loss_share(fabric_drops_pcap: int | None, queue_drops: int | None) -> float | None:
@@ -53,19 +56,25 @@ def verdict(checks: dict[str, Any]) -> dict[str, Any]:
     reasons = []
     loss = checks.get("unexplained_loss_share")
     if loss is not None and loss > MAX_UNEXPLAINED_LOSS:
-        reasons.append(f"{loss:.0%} of the losses the captures saw were counted by no switch queue "
-                       f"(the emulator's own; limit {MAX_UNEXPLAINED_LOSS:.0%}): drop and retransmission "
-                       "counts include losses a real switch would not have")
+        reasons.append(
+            f"{loss:.0%} of the losses the captures saw were counted by no switch queue "
+            f"(the emulator's own; limit {MAX_UNEXPLAINED_LOSS:.0%}): drop and retransmission "
+            "counts include losses a real switch would not have"
+        )
     gap = checks.get("dequeue_gap_median_over_ideal")
     lo, hi = GAP_RATIO_RANGE
     if gap is not None and not lo <= gap <= hi:
-        reasons.append(f"{checks.get('dequeue_port')} sent packets {gap:.2f} x their serialization time "
-                       f"apart while backlogged (expected {lo}-{hi}): the link did not run at its configured "
-                       "rate, so times and rates are off")
+        reasons.append(
+            f"{checks.get('dequeue_port')} sent packets {gap:.2f} x their serialization time "
+            f"apart while backlogged (expected {lo}-{hi}): the link did not run at its configured "
+            "rate, so times and rates are off"
+        )
     sat = checks.get("cpu_saturated_share")
     if sat is not None and sat > MAX_SATURATED_SHARE:
-        reasons.append(f"every core was >= {SATURATED:.0%} busy in {sat:.0%} of the seconds: workers, switch "
-                       "and captures competed for the CPU, so times include waiting for it")
+        reasons.append(
+            f"every core was >= {SATURATED:.0%} busy in {sat:.0%} of the seconds: workers, switch "
+            "and captures competed for the CPU, so times include waiting for it"
+        )
     return {**checks, "verdict": "degraded" if reasons else "trustworthy", "reasons": reasons}
 
 

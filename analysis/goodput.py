@@ -71,8 +71,13 @@ class Delivered:
         return [round(x * 8 / self.bin_s / 1e6, 3) for x in series]
 
     def to_dict(self) -> dict[str, object]:
-        return {"t0": self.t0, "bin_s": self.bin_s, "bytes": self.bytes, "by_receiver": self.by_receiver,
-                "per_flow": [asdict(f) for f in self.flows]}
+        return {
+            "t0": self.t0,
+            "bin_s": self.bin_s,
+            "bytes": self.bytes,
+            "by_receiver": self.by_receiver,
+            "per_flow": [asdict(f) for f in self.flows],
+        }
 
 
 def first_arrival_bytes(p: Packets) -> np.ndarray:
@@ -95,16 +100,17 @@ def _first_arrival(p: Packets, d: Directions, seq_rel: np.ndarray) -> np.ndarray
     lo, hi = np.searchsorted(b, ks), np.searchsorted(b, ke)
     cnt = hi - lo
     tot = int(cnt.sum())
-    seg = np.repeat(np.arange(idx.size), cnt)              # ascending: capture order
+    seg = np.repeat(np.arange(idx.size), cnt)  # ascending: capture order
     cells = np.repeat(lo, cnt) + (np.arange(tot) - np.repeat(np.cumsum(cnt) - cnt, cnt))
-    cell, owner_at = np.unique(cells, return_index=True)   # first occurrence = earliest segment
+    cell, owner_at = np.unique(cells, return_index=True)  # first occurrence = earliest segment
     width = b[cell + 1] - b[cell]
     out[idx] = np.bincount(seg[owner_at], weights=width, minlength=idx.size).astype(np.int64)
     return out
 
 
-def delivered_bytes(p: Packets, *, bin_s: float = BIN_S, t0: float | None = None,
-                    receiver: str | int | None = None) -> Delivered:
+def delivered_bytes(
+    p: Packets, *, bin_s: float = BIN_S, t0: float | None = None, receiver: str | int | None = None
+) -> Delivered:
     """Unique payload bytes per flow direction and per receiver, totals and per-bin series.
 
     bin_s: bin width in seconds (default 0.1); t0: start of the first bin (s since the epoch;
@@ -153,12 +159,21 @@ def delivered_bytes(p: Packets, *, bin_s: float = BIN_S, t0: float | None = None
         src, sport, dst, dport = d.keys[int(fod[a])]
         keep = sel[in_range[sel]]
         series = np.bincount(bins[keep], weights=new[keep], minlength=nbins).astype(np.int64)
-        fd = FlowDelivered(flow=d.name(int(fod[a])), src=ip_to_str(src), sport=sport, dst=ip_to_str(dst),
-                           dport=dport, bytes=int(new[sel].sum()), captured_bytes=int(p.plen[sel].sum()),
-                           late_bytes=int(late[sel].sum()), series=series.tolist())
+        fd = FlowDelivered(
+            flow=d.name(int(fod[a])),
+            src=ip_to_str(src),
+            sport=sport,
+            dst=ip_to_str(dst),
+            dport=dport,
+            bytes=int(new[sel].sum()),
+            captured_bytes=int(p.plen[sel].sum()),
+            late_bytes=int(late[sel].sum()),
+            series=series.tolist(),
+        )
         flows.append(fd)
         sums[fd.dst] = sums.get(fd.dst, np.zeros(nbins, dtype=np.int64)) + series
         totals[fd.dst] = totals.get(fd.dst, 0) + fd.bytes
-    by_recv: dict[str, dict[str, object]] = {k: {"bytes": totals[k], "series": v.tolist()}
-                                             for k, v in sums.items()}
+    by_recv: dict[str, dict[str, object]] = {
+        k: {"bytes": totals[k], "series": v.tolist()} for k, v in sums.items()
+    }
     return Delivered(t0=start_ns / 1e9, bin_s=bin_s, flows=flows, by_receiver=by_recv)

@@ -26,8 +26,17 @@ from analysis.rto import rto_events
 from analysis.tcp import analyze
 from analysis.tcpopts import read_options
 
-_FLAG_LETTERS = ((0x01, "F"), (0x02, "S"), (0x04, "R"), (0x08, "P"), (0x10, "A"), (0x20, "U"), (0x40, "E"),
-                 (0x80, "C"), (0x100, "N"))
+_FLAG_LETTERS = (
+    (0x01, "F"),
+    (0x02, "S"),
+    (0x04, "R"),
+    (0x08, "P"),
+    (0x10, "A"),
+    (0x20, "U"),
+    (0x40, "E"),
+    (0x80, "C"),
+    (0x100, "N"),
+)
 M32 = 0xFFFFFFFF
 
 
@@ -62,8 +71,9 @@ def tshark_bases(pk: Packets, conn: np.ndarray, fwd: np.ndarray) -> tuple[int | 
     return base[0], base[1]
 
 
-def window_scales(pk: Packets, conn: np.ndarray, fwd: np.ndarray,
-                  wscale: np.ndarray) -> tuple[int, int] | None:
+def window_scales(
+    pk: Packets, conn: np.ndarray, fwd: np.ndarray, wscale: np.ndarray
+) -> tuple[int, int] | None:
     """Window shift of (forward, reverse) from the connection's SYNs (`wscale`: per packet, the
     option's shift or -1); (0, 0) when the handshake shows no scaling in use; None when the
     capture lacks the handshake (windows unknown: show the raw fields)."""
@@ -78,8 +88,9 @@ def window_scales(pk: Packets, conn: np.ndarray, fwd: np.ndarray,
     return (min(a, 14), min(b, 14))
 
 
-def connection_rows(path: str, flow: str, *, absolute: bool = False,
-                    allow_truncated: bool = False) -> tuple[list[dict[str, object]], tuple[int, int] | None]:
+def connection_rows(
+    path: str, flow: str, *, absolute: bool = False, allow_truncated: bool = False
+) -> tuple[list[dict[str, object]], tuple[int, int] | None]:
     """The packets of connection `flow` (both directions, capture order) as dicts: frame, t_rel
     (s since the capture's first packet), dir ("->": flow's first endpoint sending), flags, seq,
     ack (None on a SYN without ACK), len, win (scaled as tshark scales it), what (labels); and the
@@ -118,15 +129,32 @@ def connection_rows(path: str, flow: str, *, absolute: bool = False,
         frame = int(pk.frame[i])
         if frame in timer:
             what.append(timer[frame])
-        rows.append({"frame": frame, "t_rel": (int(pk.ts_ns[i]) - t0) / 1e9, "dir": "->" if is_fwd else "<-",
-                     "flags": flag_string(fl), "seq": seq,
-                     "ack": None if (fl & SYN) and not (fl & ACK) else ack,
-                     "len": int(pk.plen[i]), "win": win, "what": what})
+        rows.append(
+            {
+                "frame": frame,
+                "t_rel": (int(pk.ts_ns[i]) - t0) / 1e9,
+                "dir": "->" if is_fwd else "<-",
+                "flags": flag_string(fl),
+                "seq": seq,
+                "ack": None if (fl & SYN) and not (fl & ACK) else ack,
+                "len": int(pk.plen[i]),
+                "win": win,
+                "what": what,
+            }
+        )
     return rows, scales
 
 
-def inspect_flow(path: str, flow: str, around: float | None = None, span: float = 0.05,
-                 out: TextIO | None = None, *, absolute: bool = False, allow_truncated: bool = False) -> int:
+def inspect_flow(
+    path: str,
+    flow: str,
+    around: float | None = None,
+    span: float = 0.05,
+    out: TextIO | None = None,
+    *,
+    absolute: bool = False,
+    allow_truncated: bool = False,
+) -> int:
     """Print the packets of the connection `flow` (both directions); returns how many were printed.
 
     around: seconds since the first packet of the capture; only packets within +-span are shown.
@@ -141,14 +169,19 @@ def inspect_flow(path: str, flow: str, around: float | None = None, span: float 
         out.write(f"# {flow}: window sizes unscaled (the capture lacks the connection's handshake)\n")
     else:
         out.write(f"# {flow}: window scale -> x{1 << scales[0]}, <- x{1 << scales[1]} (from the handshake)\n")
-    out.write(f"# sequence numbers {'absolute' if absolute else 'relative (as tshark)'}; time in s since "
-              f"the capture's first packet; -> is {flow.split('-')[0]} sending\n")
+    out.write(
+        f"# sequence numbers {'absolute' if absolute else 'relative (as tshark)'}; time in s since "
+        f"the capture's first packet; -> is {flow.split('-')[0]} sending\n"
+    )
     win_head = "win" if scales is not None else "win(unscaled)"
-    out.write(f"{'frame':>7} {'time':>10} dir {'flags':<5} {'seq':<10} {'ack':<10} {'len':<5} "
-              f"{win_head:<13} what\n")
+    out.write(
+        f"{'frame':>7} {'time':>10} dir {'flags':<5} {'seq':<10} {'ack':<10} {'len':<5} {win_head:<13} what\n"
+    )
     for r in rows:
         ack = "" if r["ack"] is None else str(r["ack"])
-        line = (f"{r['frame']:>7} {r['t_rel']:10.6f} {r['dir']:<3} {r['flags']:<5} {r['seq']:<10} {ack:<10} "
-                f"{r['len']:<5} {r['win']:<13} {', '.join(r['what'])}")  # type: ignore[arg-type]
+        line = (
+            f"{r['frame']:>7} {r['t_rel']:10.6f} {r['dir']:<3} {r['flags']:<5} {r['seq']:<10} {ack:<10} "
+            f"{r['len']:<5} {r['win']:<13} {', '.join(r['what'])}"
+        )  # type: ignore[arg-type]
         out.write(line.rstrip() + "\n")
     return len(rows)

@@ -32,8 +32,14 @@ LINKTYPE_RAW = 101
 LINKTYPE_LINUX_SLL = 113
 LINKTYPE_IPV4 = 228
 LINKTYPE_LINUX_SLL2 = 276
-SUPPORTED_LINKTYPES = (LINKTYPE_NULL, LINKTYPE_ETHERNET, LINKTYPE_RAW, LINKTYPE_LINUX_SLL,
-                       LINKTYPE_IPV4, LINKTYPE_LINUX_SLL2)
+SUPPORTED_LINKTYPES = (
+    LINKTYPE_NULL,
+    LINKTYPE_ETHERNET,
+    LINKTYPE_RAW,
+    LINKTYPE_LINUX_SLL,
+    LINKTYPE_IPV4,
+    LINKTYPE_LINUX_SLL2,
+)
 
 # TCP flag bits as in the header (NS is bit 8)
 FIN, SYN, RST, PSH, ACK, URG, ECE, CWR = 0x01, 0x02, 0x04, 0x08, 0x10, 0x20, 0x40, 0x80
@@ -56,21 +62,21 @@ class Packets:
     nanosecond: bool
     big_endian: bool
     snaplen: int
-    records: int                # all records read (TCP or not)
+    records: int  # all records read (TCP or not)
     truncated_at: int | None
-    frame: np.ndarray           # int64, 1-based record number
-    ts_ns: np.ndarray           # int64, capture time in ns since the epoch
-    src: np.ndarray             # uint32 IPv4 source address
-    dst: np.ndarray             # uint32
-    sport: np.ndarray           # uint16
-    dport: np.ndarray           # uint16
-    seq: np.ndarray             # uint32 (absolute)
-    ack: np.ndarray             # uint32 (absolute)
-    flags: np.ndarray           # uint16 TCP flags (FIN=1 ... CWR=0x80, NS=0x100)
-    win: np.ndarray             # uint16 raw (unscaled) window field
-    plen: np.ndarray            # int64 TCP payload length from the IP total length
-    caplen: np.ndarray          # int64 captured length of the record
-    wirelen: np.ndarray         # int64 original length on the wire
+    frame: np.ndarray  # int64, 1-based record number
+    ts_ns: np.ndarray  # int64, capture time in ns since the epoch
+    src: np.ndarray  # uint32 IPv4 source address
+    dst: np.ndarray  # uint32
+    sport: np.ndarray  # uint16
+    dport: np.ndarray  # uint16
+    seq: np.ndarray  # uint32 (absolute)
+    ack: np.ndarray  # uint32 (absolute)
+    flags: np.ndarray  # uint16 TCP flags (FIN=1 ... CWR=0x80, NS=0x100)
+    win: np.ndarray  # uint16 raw (unscaled) window field
+    plen: np.ndarray  # int64 TCP payload length from the IP total length
+    caplen: np.ndarray  # int64 captured length of the record
+    wirelen: np.ndarray  # int64 original length on the wire
 
     def __len__(self) -> int:
         return int(self.frame.shape[0])
@@ -135,14 +141,21 @@ def _u32_view(buf: np.ndarray, order: str) -> np.ndarray:
 # cost speed, never correctness: a candidate that is not on the chain is skipped, a record that
 # is not a candidate is reached by single steps, and the result is exactly what a walk from
 # offset 24 gives.
-_VECTOR_SCAN_MIN = 1 << 16   # smaller files: the plain walk is as fast
+_VECTOR_SCAN_MIN = 1 << 16  # smaller files: the plain walk is as fast
 _SEC_SLACK = 1 << 20
-_SCAN_BLOCK = 1 << 20        # bytes searched per step
-_MAX_SINGLE_STEPS = 512      # this many records in a row missed by the guess: walk the rest
+_SCAN_BLOCK = 1 << 20  # bytes searched per step
+_MAX_SINGLE_STEPS = 512  # this many records in a row missed by the guess: walk the rest
 
 
-def _walk(mv: memoryview, order: str, off: int, last: int, out: list[int], limit: int = -1,
-          stop: np.ndarray | None = None) -> int:
+def _walk(
+    mv: memoryview,
+    order: str,
+    off: int,
+    last: int,
+    out: list[int],
+    limit: int = -1,
+    stop: np.ndarray | None = None,
+) -> int:
     """Append record offsets from `off` while a record header fits; return the offset after.
 
     With `stop` (sorted candidate offsets), return at the first offset found in it (without
@@ -195,27 +208,29 @@ def _scan_offsets(buf: np.ndarray, n: int, order: str, nano: bool) -> tuple[np.n
     return offs, len(offs) + 1, why
 
 
-def _scan_vectorised(buf: np.ndarray, mv: memoryview, f32: np.ndarray, n: int, order: str, nano: bool,
-                     pieces: list[np.ndarray]) -> int:
+def _scan_vectorised(
+    buf: np.ndarray, mv: memoryview, f32: np.ndarray, n: int, order: str, nano: bool, pieces: list[np.ndarray]
+) -> int:
     """Append the record offsets (arrays, in file order) to pieces; return the offset after the
     last record whose header fits in the file (see the comment above _VECTOR_SCAN_MIN)."""
     last = n - 16
     k = 3 if order == "<" else 0  # the top byte of the seconds
-    sample = buf[24 + k:min(last + 1, 24 + (1 << 20)) + k]
+    sample = buf[24 + k : min(last + 1, 24 + (1 << 20)) + k]
     if np.count_nonzero(sample == buf[24 + k]) > sample.shape[0] // 32:  # e.g. timestamps near 0
         rest: list[int] = []
         off = _walk(mv, order, 24, last, rest)
         pieces.append(np.asarray(rest, dtype=np.int64))
         return off
     rows = np.ndarray((buf.shape[0] - 15,), dtype="V16", buffer=buf, offset=0, strides=(1,))
-    hdr_t = np.dtype({"names": ["sec", "frac", "cap"], "formats": [order + "u4"] * 3,
-                      "offsets": [0, 4, 8], "itemsize": 16})
+    hdr_t = np.dtype(
+        {"names": ["sec", "frac", "cap"], "formats": [order + "u4"] * 3, "offsets": [0, 4, 8], "itemsize": 16}
+    )
     sec0 = np.uint32(f32[24])
     fmax = 1_000_000_000 if nano else 1_000_000
     cands, nxts = [], []
     for lo in range(24, last + 1, _SCAN_BLOCK):  # blocks that stay in the CPU cache
         hi = min(lo + _SCAN_BLOCK, last + 1)
-        c = np.flatnonzero(buf[lo + k:hi + k] == buf[24 + k])
+        c = np.flatnonzero(buf[lo + k : hi + k] == buf[24 + k])
         c += lo
         hdr = rows[c].view(hdr_t)
         keep = hdr["frac"] < fmax
@@ -234,7 +249,7 @@ def _scan_vectorised(buf: np.ndarray, mv: memoryview, f32: np.ndarray, n: int, o
     i = 0
     while True:
         b = brk[bisect.bisect_left(brk, i)]
-        pieces.append(cand[i:b + 1])      # a verified run: each one's successor is the next
+        pieces.append(cand[i : b + 1])  # a verified run: each one's successor is the next
         off = int(nxt[b])
         single: list[int] = []
         off = _walk(mv, order, off, last, single, _MAX_SINGLE_STEPS, cand)
@@ -247,8 +262,9 @@ def _scan_vectorised(buf: np.ndarray, mv: memoryview, f32: np.ndarray, n: int, o
         i = int(cand.searchsorted(off))
 
 
-def read_pcap(path: str | os.PathLike[str], *, allow_truncated: bool = False,
-              require_tcp: bool = True) -> Packets:
+def read_pcap(
+    path: str | os.PathLike[str], *, allow_truncated: bool = False, require_tcp: bool = True
+) -> Packets:
     """Read the IPv4 TCP packets of a classic pcap file.
 
     Raises PcapError (one-line message) for a missing/empty/non-pcap file or an unsupported link
@@ -271,16 +287,25 @@ def read_pcap(path: str | os.PathLike[str], *, allow_truncated: bool = False,
     _vmaj, _vmin, _zone, _sig, snaplen, network = struct.unpack_from(order + "HHiIII", buf, 4)
     linktype = network & 0x03FFFFFF
     if linktype not in SUPPORTED_LINKTYPES:
-        raise PcapError(f"unsupported link type {linktype} (want Ethernet, Linux cooked SLL/SLL2 "
-                        f"or raw IPv4): {spath}")
+        raise PcapError(
+            f"unsupported link type {linktype} (want Ethernet, Linux cooked SLL/SLL2 or raw IPv4): {spath}"
+        )
 
     offs, cut, why = _scan_offsets(buf, size, order, nano)
     if cut is not None and not allow_truncated:
         raise TruncatedPcapError(f"truncated pcap: {why} at record {cut}: {spath}", cut)
 
     pk = _decode(buf, offs, order, nano, linktype)
-    packets = Packets(path=spath, linktype=linktype, nanosecond=nano, big_endian=(order == ">"),
-                      snaplen=snaplen, records=len(offs), truncated_at=cut, **pk)
+    packets = Packets(
+        path=spath,
+        linktype=linktype,
+        nanosecond=nano,
+        big_endian=(order == ">"),
+        snaplen=snaplen,
+        records=len(offs),
+        truncated_at=cut,
+        **pk,
+    )
     if require_tcp and len(packets) == 0:
         raise NoTcpError(f"no IPv4 TCP packets in {spath} ({len(offs)} records, link type {linktype})")
     return packets
@@ -295,21 +320,45 @@ def _words(buf: np.ndarray, dtype: str) -> np.ndarray:
 # Header fields by (dtype in the file, offset from the IP header, native dtype); the record header
 # ones (offset from the record start) are added per file byte order. TCP ones are relative to the
 # TCP header.
-_IP_FIELDS = {"vihl": ("u1", 0, np.uint8), "total": (">u2", 2, np.int64), "frag": (">u2", 6, np.uint16),
-              "proto": ("u1", 9, np.uint8), "src": (">u4", 12, np.uint32), "dst": (">u4", 16, np.uint32)}
-_TCP_FIELDS = {"sport": (">u2", 0, np.uint16), "dport": (">u2", 2, np.uint16), "seq": (">u4", 4, np.uint32),
-               "ack": (">u4", 8, np.uint32), "toff": ("u1", 12, np.uint8), "fl": ("u1", 13, np.uint8),
-               "win": (">u2", 14, np.uint16)}
+_IP_FIELDS = {
+    "vihl": ("u1", 0, np.uint8),
+    "total": (">u2", 2, np.int64),
+    "frag": (">u2", 6, np.uint16),
+    "proto": ("u1", 9, np.uint8),
+    "src": (">u4", 12, np.uint32),
+    "dst": (">u4", 16, np.uint32),
+}
+_TCP_FIELDS = {
+    "sport": (">u2", 0, np.uint16),
+    "dport": (">u2", 2, np.uint16),
+    "seq": (">u4", 4, np.uint32),
+    "ack": (">u4", 8, np.uint32),
+    "toff": ("u1", 12, np.uint8),
+    "fl": ("u1", 13, np.uint8),
+    "win": (">u2", 14, np.uint16),
+}
 # link layer: offset of the IP header in the link data, and the field that says "IPv4"
 _LINK: dict[int, tuple[int, tuple[str, int] | None]] = {
-    LINKTYPE_ETHERNET: (14, (">u2", 12)), LINKTYPE_LINUX_SLL: (16, (">u2", 14)),
-    LINKTYPE_LINUX_SLL2: (20, (">u2", 0)), LINKTYPE_NULL: (4, ("<u4", 0)),
-    LINKTYPE_RAW: (0, None), LINKTYPE_IPV4: (0, None)}
+    LINKTYPE_ETHERNET: (14, (">u2", 12)),
+    LINKTYPE_LINUX_SLL: (16, (">u2", 14)),
+    LINKTYPE_LINUX_SLL2: (20, (">u2", 0)),
+    LINKTYPE_NULL: (4, ("<u4", 0)),
+    LINKTYPE_RAW: (0, None),
+    LINKTYPE_IPV4: (0, None),
+}
 _CHUNK = 16384  # records per gather: the copied headers stay in the CPU cache while cut into fields
 
 
-def _gather(buf: np.ndarray, offs: np.ndarray, order: str, linktype: int, l3: int, ihl: int,
-            out: dict[str, np.ndarray] | None = None, at: np.ndarray | None = None) -> dict[str, np.ndarray]:
+def _gather(
+    buf: np.ndarray,
+    offs: np.ndarray,
+    order: str,
+    linktype: int,
+    l3: int,
+    ihl: int,
+    out: dict[str, np.ndarray] | None = None,
+    at: np.ndarray | None = None,
+) -> dict[str, np.ndarray]:
     """Header fields of the records at `offs`, all laid out with the IP header `l3` bytes and the
     TCP header `l3 + ihl` bytes after the record start (bytes past a record's end are junk).
 
@@ -317,30 +366,39 @@ def _gather(buf: np.ndarray, offs: np.ndarray, order: str, linktype: int, l3: in
     an overlapping view (element i: the bytes from i on) and cut into fields by a structured view.
     Into new arrays, or into `out` at the positions `at`.
     """
-    fields = {k: (order + "u4", 4 * i, np.uint32 if i < 2 else np.int64)
-              for i, k in enumerate(("sec", "frac", "cap", "wire"))}
+    fields = {
+        k: (order + "u4", 4 * i, np.uint32 if i < 2 else np.int64)
+        for i, k in enumerate(("sec", "frac", "cap", "wire"))
+    }
     link = _LINK[linktype][1]
     if link is not None:
         fields["link"] = (link[0], 16 + link[1], np.uint32)
     fields.update({k: (f, l3 + o, t) for k, (f, o, t) in _IP_FIELDS.items()})
     fields.update({k: (f, l3 + ihl + o, t) for k, (f, o, t) in _TCP_FIELDS.items()})
     size = l3 + ihl + 16
-    dt = np.dtype({"names": list(fields), "formats": [f for f, _, _ in fields.values()],
-                   "offsets": [o for _, o, _ in fields.values()], "itemsize": size})
+    dt = np.dtype(
+        {
+            "names": list(fields),
+            "formats": [f for f, _, _ in fields.values()],
+            "offsets": [o for _, o, _ in fields.values()],
+            "itemsize": size,
+        }
+    )
     rows = np.ndarray((buf.shape[0] - size + 1,), dtype=f"V{size}", buffer=buf, offset=0, strides=(1,))
     m = offs.shape[0]
     if out is None:
         out = {k: np.empty(m, dtype=t) for k, (_, _, t) in fields.items()}
     for s in range(0, m, _CHUNK):
-        got = rows[offs[s:s + _CHUNK]].view(dt)
-        sel = slice(s, s + _CHUNK) if at is None else at[s:s + _CHUNK]
+        got = rows[offs[s : s + _CHUNK]].view(dt)
+        sel = slice(s, s + _CHUNK) if at is None else at[s : s + _CHUNK]
         for k in fields:
             out[k][sel] = got[k]
     return out
 
 
-def _decode(buf: np.ndarray, offs: np.ndarray, order: str, nano: bool,
-            linktype: int) -> dict[str, np.ndarray]:
+def _decode(
+    buf: np.ndarray, offs: np.ndarray, order: str, nano: bool, linktype: int
+) -> dict[str, np.ndarray]:
     """All header fields of the IPv4 TCP records starting at `offs` (vectorised, see _gather).
 
     Every record is first read with the usual layout (no VLAN tag, 20-byte IP header); the few
@@ -370,8 +428,14 @@ def _decode(buf: np.ndarray, offs: np.ndarray, order: str, nano: bool,
         _regather(buf, offs, order, linktype, redo, f, l3, is_ip)
         vihl = f["vihl"]
     ihl = (vihl & 15).astype(np.int64) * 4
-    ok = (is_ip & ((vihl >> 4) == 4) & (ihl >= 20) & (f["proto"] == 6) & ((f["frag"] & 0x1FFF) == 0)
-          & (l3 + ihl <= f["cap"]))  # the TCP header up to the window field is captured
+    ok = (
+        is_ip
+        & ((vihl >> 4) == 4)
+        & (ihl >= 20)
+        & (f["proto"] == 6)
+        & ((f["frag"] & 0x1FFF) == 0)
+        & (l3 + ihl <= f["cap"])
+    )  # the TCP header up to the window field is captured
     idx = np.flatnonzero(ok)
     if idx.shape[0] != n:
         f = {k: v[idx] for k, v in f.items()}
@@ -384,13 +448,33 @@ def _decode(buf: np.ndarray, offs: np.ndarray, order: str, nano: bool,
     ts_ns += f["frac"].astype(np.int64) * (1 if nano else 1000)
     flags = (toff & 1).astype(np.uint16) << 8
     flags |= f["fl"]
-    return {"frame": idx + 1, "ts_ns": ts_ns, "src": f["src"], "dst": f["dst"], "sport": f["sport"],
-            "dport": f["dport"], "seq": f["seq"], "ack": f["ack"], "flags": flags, "win": f["win"],
-            "plen": plen, "caplen": f["cap"], "wirelen": wire}
+    return {
+        "frame": idx + 1,
+        "ts_ns": ts_ns,
+        "src": f["src"],
+        "dst": f["dst"],
+        "sport": f["sport"],
+        "dport": f["dport"],
+        "seq": f["seq"],
+        "ack": f["ack"],
+        "flags": flags,
+        "win": f["win"],
+        "plen": plen,
+        "caplen": f["cap"],
+        "wirelen": wire,
+    }
 
 
-def _regather(buf: np.ndarray, offs: np.ndarray, order: str, linktype: int, redo: np.ndarray,
-              f: dict[str, np.ndarray], l3: np.ndarray, is_ip: np.ndarray) -> None:
+def _regather(
+    buf: np.ndarray,
+    offs: np.ndarray,
+    order: str,
+    linktype: int,
+    redo: np.ndarray,
+    f: dict[str, np.ndarray],
+    l3: np.ndarray,
+    is_ip: np.ndarray,
+) -> None:
     """Read the records `redo` (indices into offs) again with their own layout: up to two VLAN
     tags (802.1Q / 802.1ad) and IP options. Updates f, l3 and is_ip in place."""
     v16 = _words(buf, ">u2")

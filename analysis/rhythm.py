@@ -80,7 +80,7 @@ def step_gap(gaps: np.ndarray) -> float | None:
         return None
     if n_long == len(order):
         return float(order[-1])
-    ratios = order[:n_long] / np.maximum(order[1:n_long + 1], 1e-9)
+    ratios = order[:n_long] / np.maximum(order[1 : n_long + 1], 1e-9)
     k = int(np.argmax(ratios[1:]) + 1) if len(ratios) > 1 else 0
     if ratios[0] > 4 * ratios[k]:
         k = 0
@@ -108,8 +108,9 @@ def steps_from_bursts(found: list[Burst]) -> list[RhythmStep]:
     out = []
     for k in range(1, len(big)):
         prev, cur = big[k - 1], big[k]
-        out.append(RhythmStep(k, prev.t1, cur.t1, max(0.0, cur.t0 - prev.t1), cur.t1 - cur.t0, cur.sent,
-                              cur.recv))
+        out.append(
+            RhythmStep(k, prev.t1, cur.t1, max(0.0, cur.t0 - prev.t1), cur.t1 - cur.t0, cur.sent, cur.recv)
+        )
     return out
 
 
@@ -154,7 +155,7 @@ def periodic_bursts(ts: np.ndarray, plen: np.ndarray, outgoing: np.ndarray, n_st
     per = (ts[b - 1] - ts[a]) / max(1, n_steps)
     chosen: list[int] = []
     found = cut_bursts(ts, plen, outgoing, idle)
-    for i in (np.argsort(gaps[a:b - 1])[::-1] + a) if b - a > 1 else []:
+    for i in (np.argsort(gaps[a : b - 1])[::-1] + a) if b - a > 1 else []:
         if len(steps_from_bursts(found)) >= n_steps or gaps[i] < MIN_STEP_GAP_S:
             break
         if all(abs(ts[i] - ts[j]) >= 0.5 * per for j in chosen):
@@ -174,8 +175,9 @@ def line_times(said: list[tuple[int, float]], n: int) -> list[float] | None:
     return times
 
 
-def steps_at_lines(ts: np.ndarray, plen: np.ndarray, outgoing: np.ndarray,
-                   times: list[float]) -> list[RhythmStep] | None:
+def steps_at_lines(
+    ts: np.ndarray, plen: np.ndarray, outgoing: np.ndarray, times: list[float]
+) -> list[RhythmStep] | None:
     """A worker's steps when its script printed a line at the end of each (times: when each was read).
 
     Step k ends with the last data packet the worker received before line k was read: the script
@@ -203,8 +205,17 @@ def steps_at_lines(ts: np.ndarray, plen: np.ndarray, outgoing: np.ndarray,
         part = slice(a + 1, b + 1)  # step k's packets: after packet a, up to packet b
         sent = int(plen[part][outgoing[part]].sum())
         pause = float(gaps[a:b].max())
-        out.append(RhythmStep(k, float(ts[a]), float(ts[b]), pause, float(ts[b] - ts[a]) - pause, sent,
-                              int(plen[part].sum()) - sent))
+        out.append(
+            RhythmStep(
+                k,
+                float(ts[a]),
+                float(ts[b]),
+                pause,
+                float(ts[b] - ts[a]) - pause,
+                sent,
+                int(plen[part].sum()) - sent,
+            )
+        )
     return out
 
 
@@ -213,8 +224,8 @@ def first_pause(gaps: np.ndarray, plen: np.ndarray, cuts: list[int]) -> int | No
     end, after the last idle (LONG_IDLE_S), the one that leaves step 1 the bytes the other steps
     carried (median; every step of a synchronous job moves the same gradient), the longer of two
     equal; with one step, the last idle or else the longest pause. None: no pause before it."""
-    lo = np.nonzero(gaps[:cuts[0]] >= LONG_IDLE_S)[0]
-    cand = np.nonzero(gaps[:cuts[0]] >= MIN_STEP_GAP_S)[0]
+    lo = np.nonzero(gaps[: cuts[0]] >= LONG_IDLE_S)[0]
+    cand = np.nonzero(gaps[: cuts[0]] >= MIN_STEP_GAP_S)[0]
     cand = cand[cand >= lo[-1]] if lo.size else cand
     if not cand.size:
         return None
@@ -239,8 +250,11 @@ def counts_steps(ks: list[int]) -> bool:
     return bool(ks) and ks[0] in (0, 1) and all(b == a + 1 for a, b in zip(ks, ks[1:], strict=False))
 
 
-def steps_of_job(captures: list[tuple[Path, str]], n_steps: int | None = None,
-                 step_lines: list[list[tuple[int, float]]] | None = None) -> list[list[RhythmStep]]:
+def steps_of_job(
+    captures: list[tuple[Path, str]],
+    n_steps: int | None = None,
+    step_lines: list[list[tuple[int, float]]] | None = None,
+) -> list[list[RhythmStep]]:
     """Every worker's steps of one synchronous job, from each worker's own capture (path, its IP).
 
     Every worker takes the same steps, so their number is the median of what each capture shows on
@@ -261,8 +275,13 @@ def steps_of_job(captures: list[tuple[Path, str]], n_steps: int | None = None,
         times = line_times(lines, n) if n_steps else None
         at_lines = steps_at_lines(*pk, times) if pk is not None and times else None
         by_lines.append(at_lines is not None)
-        steps.append(at_lines if at_lines is not None
-                     else steps_from_bursts(periodic_bursts(*pk, n)) if pk is not None and n else [])
+        steps.append(
+            at_lines
+            if at_lines is not None
+            else steps_from_bursts(periodic_bursts(*pk, n))
+            if pk is not None and n
+            else []
+        )
     if all(by_lines):
         return steps
     return agreed_steps(steps, packets, n, keep=by_lines)
@@ -271,8 +290,9 @@ def steps_of_job(captures: list[tuple[Path, str]], n_steps: int | None = None,
 Series = tuple[np.ndarray, np.ndarray, np.ndarray]  # a worker's data packets: (times, bytes, sent by it)
 
 
-def agreed_steps(steps: list[list[RhythmStep]], packets: list[Series | None], n: int,
-                 keep: list[bool] | None = None) -> list[list[RhythmStep]]:
+def agreed_steps(
+    steps: list[list[RhythmStep]], packets: list[Series | None], n: int, keep: list[bool] | None = None
+) -> list[list[RhythmStep]]:
     """The workers' steps, a minority whose step boundaries stray from the others' re-cut there.
 
     A synchronous job's workers all end a step together (within the ring's skew), so where most
@@ -286,8 +306,10 @@ def agreed_steps(steps: list[list[RhythmStep]], packets: list[Series | None], n:
     full = [s for s in steps if len(s) == n and n > 1]
     if len(full) < 3:
         return steps
-    agreed = [statistics.median(s[0].t_start for s in full),
-              *(statistics.median(s[k].t_end for s in full) for k in range(n - 1))]
+    agreed = [
+        statistics.median(s[0].t_start for s in full),
+        *(statistics.median(s[k].t_end for s in full) for k in range(n - 1)),
+    ]
     tol = 0.25 * statistics.median(np.diff(agreed)) if n > 2 else 0.25 * (agreed[1] - agreed[0])
     out = []
     kept = keep or [False] * len(steps)

@@ -91,9 +91,9 @@ from analysis.seqspace import (
     signed32,
 )
 
-RTO_MIN_S = 0.2      # Linux TCP_RTO_MIN
-TOLERANCE = 0.75     # an RTO is counted from tolerance * rto_min on (timer slack, queueing skew)
-BURST_S = 0.005      # sends closer than this belong to one burst (not timer driven)
+RTO_MIN_S = 0.2  # Linux TCP_RTO_MIN
+TOLERANCE = 0.75  # an RTO is counted from tolerance * rto_min on (timer slack, queueing skew)
+BURST_S = 0.005  # sends closer than this belong to one burst (not timer driven)
 
 _HALF = np.int64(1 << 41)
 _SPAN = np.int64(1 << 43)
@@ -128,9 +128,9 @@ class FlowRto:
     sport: int
     dst: str
     dport: int
-    timeouts: int        # events of kind "rto" and "syn"
-    loss_probes: int     # events of kind "tlp"
-    stall_s: float       # sum of idle_s over the timeouts
+    timeouts: int  # events of kind "rto" and "syn"
+    loss_probes: int  # events of kind "tlp"
+    stall_s: float  # sum of idle_s over the timeouts
     events: list[RtoEvent] = field(default_factory=list)
     retransmits: int = 0  # segments sent below the highest sequence number sent before (any cause)
 
@@ -175,8 +175,12 @@ class RtoAnalysis:
         sent by src (zeros if it sent none)."""
         if src is not None:
             return self.by_sender().get(src, _zero())
-        return {"timeouts": self.timeouts, "loss_probes": self.loss_probes, "stall_s": self.stall_s,
-                "retransmits": self.retransmits}
+        return {
+            "timeouts": self.timeouts,
+            "loss_probes": self.loss_probes,
+            "stall_s": self.stall_s,
+            "retransmits": self.retransmits,
+        }
 
     def to_dict(self) -> dict[str, object]:
         """JSON-ready: totals plus "per_flow" (each flow with its events)."""
@@ -209,8 +213,9 @@ def _shift(x: np.ndarray, first: np.ndarray, fill: np.int64) -> np.ndarray:
     return y
 
 
-def _send_times(p: Packets, data_o: np.ndarray, first: np.ndarray, tsval: np.ndarray | None) -> tuple[
-        np.ndarray, np.ndarray]:
+def _send_times(
+    p: Packets, data_o: np.ndarray, first: np.ndarray, tsval: np.ndarray | None
+) -> tuple[np.ndarray, np.ndarray]:
     """When the sender's kernel sent each data packet (ns), and whether that is known from TSval.
 
     With TSval (ms of the sender's clock) the offset to the capture clock is the smallest
@@ -242,8 +247,14 @@ def _send_times(p: Packets, data_o: np.ndarray, first: np.ndarray, tsval: np.nda
     return sent, known
 
 
-def rto_events(p: Packets, *, tsval: np.ndarray | None = None, rto_min_s: float = RTO_MIN_S,
-               tolerance: float = TOLERANCE, burst_s: float = BURST_S) -> RtoAnalysis:
+def rto_events(
+    p: Packets,
+    *,
+    tsval: np.ndarray | None = None,
+    rto_min_s: float = RTO_MIN_S,
+    tolerance: float = TOLERANCE,
+    burst_s: float = BURST_S,
+) -> RtoAnalysis:
     """Timeouts and tail loss probes of every flow direction of a sender-side capture.
 
     Use the capture of the sending host (its own interface): the rules (module docstring) read
@@ -261,7 +272,7 @@ def rto_events(p: Packets, *, tsval: np.ndarray | None = None, rto_min_s: float 
     d = directions(p)
     _base, seq_rel, ack_rel = seq_numbers(p, d)
     length = seq_len(p)
-    data_o = d.order[length[d.order] > 0]            # data packets, by direction, capture order
+    data_o = d.order[length[d.order] > 0]  # data packets, by direction, capture order
     if data_o.size == 0:
         return RtoAnalysis(flows=[])
     fo = d.fid[data_o]
@@ -270,8 +281,8 @@ def rto_events(p: Packets, *, tsval: np.ndarray | None = None, rto_min_s: float 
     t, kernel_time = _send_times(p, data_o, first, tsval)
     s = seq_rel[data_o]
     end = s + length[data_o]
-    cm = _gcummax(end, gid)                           # snd_nxt after each send
-    nxt_b = _shift(cm, first, _NEG)                   # snd_nxt before it
+    cm = _gcummax(end, gid)  # snd_nxt after each send
+    nxt_b = _shift(cm, first, _NEG)  # snd_nxt before it
     rtx = (nxt_b != _NEG) & (s < nxt_b)
     m = data_o.shape[0]
     last = np.ones(m, dtype=bool)
@@ -348,15 +359,32 @@ def rto_events(p: Packets, *, tsval: np.ndarray | None = None, rto_min_s: float 
         for k in per.get(fid, []):
             kind = "syn" if syn_to[k] else ("tlp" if tlp[k] else "rto")
             i = int(data_o[k])
-            events.append(RtoEvent(t=float(p.ts_ns[i]) / 1e9, frame=int(p.frame[i]),
-                                   seq=int(s[k] - rel_base[fid]), seq_raw=int(p.seq[i]), kind=kind,
-                                   idle_s=round(float(idle[k]) / 1e9, 6) if prev_t[k] != _NEVER else 0.0,
-                                   backoff=int(backoff[k])))
+            events.append(
+                RtoEvent(
+                    t=float(p.ts_ns[i]) / 1e9,
+                    frame=int(p.frame[i]),
+                    seq=int(s[k] - rel_base[fid]),
+                    seq_raw=int(p.seq[i]),
+                    kind=kind,
+                    idle_s=round(float(idle[k]) / 1e9, 6) if prev_t[k] != _NEVER else 0.0,
+                    backoff=int(backoff[k]),
+                )
+            )
         to = [e for e in events if e.kind != "tlp"]
-        flows.append(FlowRto(flow=d.name(fid), src=ip_to_str(src), sport=sport, dst=ip_to_str(dst),
-                             dport=dport, timeouts=len(to), loss_probes=len(events) - len(to),
-                             stall_s=round(sum(e.idle_s for e in to), 6), events=events,
-                             retransmits=int(n_rtx[fid])))
+        flows.append(
+            FlowRto(
+                flow=d.name(fid),
+                src=ip_to_str(src),
+                sport=sport,
+                dst=ip_to_str(dst),
+                dport=dport,
+                timeouts=len(to),
+                loss_probes=len(events) - len(to),
+                stall_s=round(sum(e.idle_s for e in to), 6),
+                events=events,
+                retransmits=int(n_rtx[fid]),
+            )
+        )
     return RtoAnalysis(flows=flows)
 
 
@@ -417,6 +445,9 @@ def _peer_events(p: Packets, d: Directions, ack_rel: np.ndarray) -> _PeerEvents:
     rank_t = np.unique(ts)
     m = np.int64(rank_t.shape[0] + 1)
     key = tgt.astype(np.int64) * m + np.searchsorted(rank_t, ts, side="left")
-    return _PeerEvents(target=tgt, key=key, rank_t=rank_t,
-                       cols={"una": una, "t_adv": t_adv, "n_ack": n_ack, "dups": dups, "win": win,
-                             "t_ack": t_ack, "t": ts})
+    return _PeerEvents(
+        target=tgt,
+        key=key,
+        rank_t=rank_t,
+        cols={"una": una, "t_adv": t_adv, "n_ack": n_ack, "dups": dups, "win": win, "t_ack": t_ack, "t": ts},
+    )

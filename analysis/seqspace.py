@@ -69,12 +69,15 @@ def directions(p: Packets) -> Directions:
     _u, conv_of = np.unique(ckeys, return_inverse=True)
     conv = conv_of.ravel()[fid].astype(np.int64) if len(dkeys) else fid
     side = (dkeys > rk).astype(np.int64)[fid] if len(dkeys) else fid
-    keys = [(int(x) >> 16, int(x) & 0xFFFF, int(y) >> 16, int(y) & 0xFFFF)
-            for x, y in zip(ends[fa].tolist(), ends[fb].tolist(), strict=True)]
+    keys = [
+        (int(x) >> 16, int(x) & 0xFFFF, int(y) >> 16, int(y) & 0xFFFF)
+        for x, y in zip(ends[fa].tolist(), ends[fb].tolist(), strict=True)
+    ]
     order = stable_order(fid)
     starts = np.searchsorted(fid[order], np.arange(len(keys) + 1))
-    return Directions(fid=fid, conv=conv, side=side, keys=keys, reverse=reverse.astype(np.int64),
-                      order=order, starts=starts)
+    return Directions(
+        fid=fid, conv=conv, side=side, keys=keys, reverse=reverse.astype(np.int64), order=order, starts=starts
+    )
 
 
 def signed32(x: np.ndarray) -> np.ndarray:

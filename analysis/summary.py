@@ -76,8 +76,14 @@ def counter_increase(series: dict[str, list[Any]], key: str, t0: float) -> dict[
     return out
 
 
-def network_figures(series: ControllerSeries, plan: Plan, t0: float, out: StrategySummary,
-                    queue_max: dict[str, int] | None = None, ps_ports: list[str] | None = None) -> None:
+def network_figures(
+    series: ControllerSeries,
+    plan: Plan,
+    t0: float,
+    out: StrategySummary,
+    queue_max: dict[str, int] | None = None,
+    ps_ports: list[str] | None = None,
+) -> None:
     """Drops, bytes and utilisation per link from the controller's samples; the hot ports."""
     drops = counter_increase(series.queue_series(), "drops", t0)
     ports = series.port_series()
@@ -102,8 +108,9 @@ def network_figures(series: ControllerSeries, plan: Plan, t0: float, out: Strate
     out.busiest_link = max(by_link, key=lambda k: by_link[k]) if total else None
     seconds = out.wall_time_s or 0.0
     if seconds > 0 and by_link:
-        out.link_utilisation = {k: round(v * 8 / (rate[k] * 1e6 * seconds), 4)
-                                for k, v in sorted(by_link.items()) if k in rate}
+        out.link_utilisation = {
+            k: round(v * 8 / (rate[k] * 1e6 * seconds), 4) for k, v in sorted(by_link.items()) if k in rate
+        }
         out.busiest_link_utilisation = max(out.link_utilisation.values(), default=None)
     if total:
         top = max(by_link.values())
@@ -118,24 +125,56 @@ def network_figures(series: ControllerSeries, plan: Plan, t0: float, out: Strate
     busiest = sorted((k for k in tx if tx[k] > 0), key=lambda k: (-tx[k], k))[:5]
     dropping = sorted((k for k in drops if drops[k] > 0), key=lambda k: (-drops[k], k))[:5]
     hot = sorted(set(busiest) | set(dropping), key=lambda k: (-tx.get(k, 0.0), k))
-    out.hot_ports = [{"port": k, "kind": kind.get(k, "?"), "tx_bytes": int(tx.get(k, 0)),
-                      "drops": int(drops.get(k, 0)),
-                      "utilisation": round(tx.get(k, 0) * 8 / (rate[k] * 1e6 * seconds), 4)
-                      if seconds else None,
-                      "max_backlog_packets": (queue_max or {}).get(k)} for k in hot]
+    out.hot_ports = [
+        {
+            "port": k,
+            "kind": kind.get(k, "?"),
+            "tx_bytes": int(tx.get(k, 0)),
+            "drops": int(drops.get(k, 0)),
+            "utilisation": round(tx.get(k, 0) * 8 / (rate[k] * 1e6 * seconds), 4) if seconds else None,
+            "max_backlog_packets": (queue_max or {}).get(k),
+        }
+        for k in hot
+    ]
     out.worst_queue_port = dropping[0] if dropping else (busiest[0] if busiest else None)
 
 
 def _select(p: Any, mask: np.ndarray) -> Any:
     """The packets of a capture where mask is true (same Packets type)."""
-    arrays = {f: getattr(p, f)[mask] for f in ("frame", "ts_ns", "src", "dst", "sport", "dport", "seq",
-                                               "ack", "flags", "win", "plen", "caplen", "wirelen")}
+    arrays = {
+        f: getattr(p, f)[mask]
+        for f in (
+            "frame",
+            "ts_ns",
+            "src",
+            "dst",
+            "sport",
+            "dport",
+            "seq",
+            "ack",
+            "flags",
+            "win",
+            "plen",
+            "caplen",
+            "wirelen",
+        )
+    }
     return replace(p, **arrays)
 
 
-PCAP_COUNTS = ("tcp_retransmits_pcap", "dupack_retransmits_pcap", "wireshark_fast_retransmits", "dup_acks",
-               "out_of_order", "zero_window", "fabric_drops_pcap", "drops_on_path_to_ps_pcap",
-               "tcp_timeouts_pcap", "tcp_loss_probes_pcap", "delivered_bytes")
+PCAP_COUNTS = (
+    "tcp_retransmits_pcap",
+    "dupack_retransmits_pcap",
+    "wireshark_fast_retransmits",
+    "dup_acks",
+    "out_of_order",
+    "zero_window",
+    "fabric_drops_pcap",
+    "drops_on_path_to_ps_pcap",
+    "tcp_timeouts_pcap",
+    "tcp_loss_probes_pcap",
+    "delivered_bytes",
+)
 
 
 def union_seconds(spans: list[tuple[float, float]]) -> float:
@@ -161,8 +200,15 @@ def idle_spans(ts_ns: np.ndarray, gap_s: float = IDLE_GAP_S) -> list[tuple[float
     return [(float(t[i]), float(t[i + 1])) for i in gaps]
 
 
-def pcap_figures(sf: StrategyFolder, plan: Plan, out: StrategySummary, bin_s: float = 0.1,
-                 rto_min_s: float = 0.2, t0: float | None = None, bottleneck: str | None = None) -> None:
+def pcap_figures(
+    sf: StrategyFolder,
+    plan: Plan,
+    out: StrategySummary,
+    bin_s: float = 0.1,
+    rto_min_s: float = 0.2,
+    t0: float | None = None,
+    bottleneck: str | None = None,
+) -> None:
     """Retransmissions, timeouts, dup ACKs, fabric drops and delivered bytes from the captures."""
     from analysis.errors import AnalysisError
     from analysis.fabric_loss import fabric_drops
@@ -216,16 +262,19 @@ def pcap_figures(sf: StrategyFolder, plan: Plan, out: StrategySummary, bin_s: fl
             out.tcp_timeouts_pcap += flow.timeouts
             out.tcp_loss_probes_pcap += flow.loss_probes
             for ev in flow.events:
-                rto_rows.append({"t": ev.t, "host": name, "flow": flow.flow, "kind": ev.kind,
-                                 "idle_s": ev.idle_s})
+                rto_rows.append(
+                    {"t": ev.t, "host": name, "flow": flow.flow, "kind": ev.kind, "idle_s": ev.idle_s}
+                )
                 if ev.kind != "tlp":
                     stalls.append((ev.t - ev.idle_s, ev.t))
         got = delivered_bytes(pk, bin_s=bin_s, t0=t0, receiver=ip_of[name])
         mine_in: dict[str, Any] | None = got.by_receiver.get(ip_to_str(ip_of[name]))
         if mine_in is not None:
             out.delivered_bytes_by_receiver[name] = int(mine_in["bytes"])
-            goodput["by_receiver"][name] = {"bytes": int(mine_in["bytes"]),
-                                            "mbit_s": got.mbit_s(list(mine_in["series"]))}
+            goodput["by_receiver"][name] = {
+                "bytes": int(mine_in["bytes"]),
+                "mbit_s": got.mbit_s(list(mine_in["series"])),
+            }
             goodput["t0"] = got.t0
             if name == plan.ps_host:
                 for f in got.flows:
@@ -238,8 +287,9 @@ def pcap_figures(sf: StrategyFolder, plan: Plan, out: StrategySummary, bin_s: fl
             sel_s = (spk.src == ip_of[sname]) & (spk.dst == ip_of[rname])
             sel_r = (rpk.src == ip_of[sname]) & (rpk.dst == ip_of[rname])
             if sel_s.any() and sel_r.any():
-                out.fabric_drops_pcap += int(fabric_drops(_select(spk, sel_s), _select(rpk, sel_r))
-                                             ["fabric_drops_pcap"])
+                out.fabric_drops_pcap += int(
+                    fabric_drops(_select(spk, sel_s), _select(rpk, sel_r))["fabric_drops_pcap"]
+                )
     ps_host = plan.ps_host
     if "ps-port" in points:
         try:
@@ -297,22 +347,28 @@ def ps_figures(sf: StrategyFolder, out: StrategySummary) -> None:
     out.discarded_per_step = [len(e.discarded) for e in events if isinstance(e, PsStep)]
 
 
-KERNEL_COUNTERS = {"tcp_timeouts_kernel": "TcpExtTCPTimeouts",
-                   "tcp_loss_probes_kernel": "TcpExtTCPLossProbes",
-                   "tcp_fast_retrans_kernel": "TcpExtTCPFastRetrans",
-                   "tcp_spurious_rtos_kernel": "TcpExtTCPSpuriousRTOs"}
+KERNEL_COUNTERS = {
+    "tcp_timeouts_kernel": "TcpExtTCPTimeouts",
+    "tcp_loss_probes_kernel": "TcpExtTCPLossProbes",
+    "tcp_fast_retrans_kernel": "TcpExtTCPFastRetrans",
+    "tcp_spurious_rtos_kernel": "TcpExtTCPSpuriousRTOs",
+}
 
 
-def dequeue_check(sf: StrategyFolder, plan: Plan, out: StrategySummary,
-                  queue: list[QueueSample]) -> dict[str, Any]:
+def dequeue_check(
+    sf: StrategyFolder, plan: Plan, out: StrategySummary, queue: list[QueueSample]
+) -> dict[str, Any]:
     """Pace of the strategy's worst host port while backlogged, from the capture closest to it."""
     from analysis.dequeue import QueueSamples, dequeue_gaps
     from analysis.errors import AnalysisError
     from analysis.pcapfile import read_pcap
 
     ports = {p.name: p for p in plan.switch_ports() if p.kind == "host"}
-    candidates = [h["port"] for h in sorted(out.hot_ports, key=lambda h: (-h["drops"], -h["tx_bytes"]))
-                  if h["port"] in ports]
+    candidates = [
+        h["port"]
+        for h in sorted(out.hot_ports, key=lambda h: (-h["drops"], -h["tx_bytes"]))
+        if h["port"] in ports
+    ]
     cap = sf.capture()
     sf.dequeue_file.unlink(missing_ok=True)
     for name in candidates:
@@ -331,13 +387,17 @@ def dequeue_check(sf: StrategyFolder, plan: Plan, out: StrategySummary,
         gaps = dequeue_gaps(pk, qs, plan.host(host).rate_mbit * 1e6, receiver=plan.host(host).ip)
         if gaps.gaps:
             write_json(sf.dequeue_file, {"port": name, **gaps.to_dict()})
-            return {"dequeue_port": name, "dequeue_gap_median_over_ideal": gaps.median_ratio,
-                    "dequeue_gaps": gaps.gaps}
+            return {
+                "dequeue_port": name,
+                "dequeue_gap_median_over_ideal": gaps.median_ratio,
+                "dequeue_gaps": gaps.gaps,
+            }
     return {"dequeue_port": None, "dequeue_gap_median_over_ideal": None, "dequeue_gaps": 0}
 
 
-def summarize_strategy(sf: StrategyFolder, cfg: ExperimentConfig, plan: Plan, spec: StrategySpec,
-                       rto_min_s: float = 0.2) -> StrategySummary:
+def summarize_strategy(
+    sf: StrategyFolder, cfg: ExperimentConfig, plan: Plan, spec: StrategySpec, rto_min_s: float = 0.2
+) -> StrategySummary:
     """Every figure of one strategy."""
     from analysis.bounds import comm_bound_s, comm_split, push_then_pull_s
     from analysis.fidelity import cpu_figures, unexplained_loss_share, verdict
@@ -362,8 +422,9 @@ def summarize_strategy(sf: StrategyFolder, cfg: ExperimentConfig, plan: Plan, sp
         name = q.port or plan.ps_port.name
         queue_max[name] = max(queue_max.get(name, 0), q.backlog_packets)
     shard_hosts = cfg.shard_hosts(spec)
-    network_figures(sf.controller_series(), plan, t_start, out, queue_max,
-                    [plan.host(h).leaf_port for h in shard_hosts])
+    network_figures(
+        sf.controller_series(), plan, t_start, out, queue_max, [plan.host(h).leaf_port for h in shard_hosts]
+    )
     hosts = sf.hosts()
     if hosts is not None:
         out.tcp_retransmits_kernel = sum(h.tcp_retransmits for h in hosts.values())
@@ -389,13 +450,19 @@ def summarize_strategy(sf: StrategyFolder, cfg: ExperimentConfig, plan: Plan, sp
         out.push_then_pull_s = round(ptp, 4) if ptp is not None else None
         if out.comm_time_s is not None:
             out.comm_split = comm_split(out.comm_time_s, out.bound_s, out.timeout_idle_s or 0.0, out.steps)
-    checks: dict[str, Any] = {"unexplained_loss_share": unexplained_loss_share(out.fabric_drops_pcap,
-                                                                                out.queue_drops_total)}
+    checks: dict[str, Any] = {
+        "unexplained_loss_share": unexplained_loss_share(out.fabric_drops_pcap, out.queue_drops_total)
+    }
     try:
         checks.update(dequeue_check(sf, plan, out, queue))
     except Exception as exc:  # noqa: BLE001 - a figure missing is said, not fatal
-        checks.update({"dequeue_port": None, "dequeue_gap_median_over_ideal": None,
-                       "dequeue_error": f"{type(exc).__name__}: {exc}"})
+        checks.update(
+            {
+                "dequeue_port": None,
+                "dequeue_gap_median_over_ideal": None,
+                "dequeue_error": f"{type(exc).__name__}: {exc}",
+            }
+        )
     steps = [r for rs in logs.values() for r in rs]
     if steps:  # while training ran: start-up (imports, rendezvous) is not the emulator's work
         window = min(r.t_start for r in steps), max(r.t_end for r in steps)
@@ -428,23 +495,31 @@ def summarize(run_dir: Any) -> RunSummary:
             totals.complete &= fig.capture_complete or cfg.capture == "none"
     from analysis.fidelity import run_verdict
 
-    summary = RunSummary(config=folder.config_doc() or cfg.to_dict(), strategies=strategies, capture=totals,
-                         complete=all(s.state == "complete" for s in strategies.values()),
-                         fidelity=run_verdict({k: v.fidelity for k, v in strategies.items()}))
+    summary = RunSummary(
+        config=folder.config_doc() or cfg.to_dict(),
+        strategies=strategies,
+        capture=totals,
+        complete=all(s.state == "complete" for s in strategies.values()),
+        fidelity=run_verdict({k: v.fidelity for k, v in strategies.items()}),
+    )
     write_json(folder.summary_file, summary.to_dict())
     return summary
 
 
 def comparison_table(summary: RunSummary) -> str:
     """The side-by-side table printed at the end of `compare` (nccl-tests style columns)."""
-    cols = [("iter_time_s", "iter s", "{:.3f}"), ("comm_time_s", "comm s", "{:.3f}"),
-            ("final_loss", "loss", "{:.4f}"), ("ps_port_drops", "PS-port drops", "{:d}"),
-            ("queue_drops_total", "fabric drops", "{:d}"),
-            ("tcp_retransmits_kernel", "retx (kernel)", "{:d}"),
-            ("tcp_retransmits_pcap", "retx (pcap)", "{:d}"),
-            ("tcp_timeouts_kernel", "RTOs (kernel)", "{:d}"),
-            ("tcp_timeouts_pcap", "RTOs (pcap)", "{:d}"),
-            ("busiest_link_utilisation", "busiest link", "{:.0%}")]
+    cols = [
+        ("iter_time_s", "iter s", "{:.3f}"),
+        ("comm_time_s", "comm s", "{:.3f}"),
+        ("final_loss", "loss", "{:.4f}"),
+        ("ps_port_drops", "PS-port drops", "{:d}"),
+        ("queue_drops_total", "fabric drops", "{:d}"),
+        ("tcp_retransmits_kernel", "retx (kernel)", "{:d}"),
+        ("tcp_retransmits_pcap", "retx (pcap)", "{:d}"),
+        ("tcp_timeouts_kernel", "RTOs (kernel)", "{:d}"),
+        ("tcp_timeouts_pcap", "RTOs (pcap)", "{:d}"),
+        ("busiest_link_utilisation", "busiest link", "{:.0%}"),
+    ]
     w = max([len("strategy"), *map(len, summary.strategies)]) + 2  # a variant's name fits its column
     head = f"{'strategy':<{w}}" + "".join(f"{c[1]:>15}" for c in cols)
     rows = [head, "-" * len(head)]

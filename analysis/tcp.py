@@ -92,11 +92,16 @@ class TcpAnalysis:
         ts = self.packets.ts_ns
         res = []
         for fid, (src, sport, dst, dport) in enumerate(self.flows):
-            sel = order[starts[fid]:starts[fid + 1]]
-            row: dict[str, object] = {"flow": f"{ip_to_str(src)}:{sport}-{ip_to_str(dst)}:{dport}",
-                                      "src": ip_to_str(src), "sport": sport,
-                                      "dst": ip_to_str(dst), "dport": dport,
-                                      "t_first": float(ts[sel[0]]) / 1e9, "t_last": float(ts[sel[-1]]) / 1e9}
+            sel = order[starts[fid] : starts[fid + 1]]
+            row: dict[str, object] = {
+                "flow": f"{ip_to_str(src)}:{sport}-{ip_to_str(dst)}:{dport}",
+                "src": ip_to_str(src),
+                "sport": sport,
+                "dst": ip_to_str(dst),
+                "dport": dport,
+                "t_first": float(ts[sel[0]]) / 1e9,
+                "t_last": float(ts[sel[-1]]) / 1e9,
+            }
             row.update(self.counts(sel))
             res.append(row)
         return res
@@ -110,14 +115,21 @@ class TcpAnalysis:
         elif b & ws.SPURIOUS_RETRANSMISSION:
             names.append("spurious retransmission")
         elif b & ws.RETRANSMISSION:
-            names.append("retransmission (dup-ACK recovery)" if self.dup_recovery[i] else
-                         "retransmission (timeout)")
-        for bit, name in ((ws.OUT_OF_ORDER, "out-of-order"), (ws.DUPLICATE_ACK, "dup ACK"),
-                          (ws.ZERO_WINDOW, "zero window"), (ws.ZERO_WINDOW_PROBE, "zero-window probe"),
-                          (ws.ZERO_WINDOW_PROBE_ACK, "zero-window probe ACK"),
-                          (ws.KEEP_ALIVE, "keep-alive"), (ws.KEEP_ALIVE_ACK, "keep-alive ACK"),
-                          (ws.LOST_PACKET, "previous segment not captured"),
-                          (ws.ACK_LOST_PACKET, "ACKs unseen segment"), (ws.WINDOW_UPDATE, "window update")):
+            names.append(
+                "retransmission (dup-ACK recovery)" if self.dup_recovery[i] else "retransmission (timeout)"
+            )
+        for bit, name in (
+            (ws.OUT_OF_ORDER, "out-of-order"),
+            (ws.DUPLICATE_ACK, "dup ACK"),
+            (ws.ZERO_WINDOW, "zero window"),
+            (ws.ZERO_WINDOW_PROBE, "zero-window probe"),
+            (ws.ZERO_WINDOW_PROBE_ACK, "zero-window probe ACK"),
+            (ws.KEEP_ALIVE, "keep-alive"),
+            (ws.KEEP_ALIVE_ACK, "keep-alive ACK"),
+            (ws.LOST_PACKET, "previous segment not captured"),
+            (ws.ACK_LOST_PACKET, "ACKs unseen segment"),
+            (ws.WINDOW_UPDATE, "window update"),
+        ):
             if b & bit:
                 names.append(name)
         return names
@@ -133,8 +145,12 @@ def goodput_timeline(an: TcpAnalysis, bin_s: float = 0.1, flow: int | None = Non
     bins = ((ts[sel] - t0) // int(bin_s * 1e9)).astype(np.int64)
     nb = int(bins.max()) + 1 if bins.size else 0
     by = np.bincount(bins, weights=an.new_bytes[sel], minlength=nb).astype(np.int64)
-    return {"t0": t0 / 1e9, "bin_s": bin_s, "bytes": by.tolist(),
-            "mbit_s": [round(float(x) * 8 / bin_s / 1e6, 3) for x in by]}
+    return {
+        "t0": t0 / 1e9,
+        "bin_s": bin_s,
+        "bytes": by.tolist(),
+        "mbit_s": [round(float(x) * 8 / bin_s / 1e6, 3) for x in by],
+    }
 
 
 def _unique_inverse(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -219,12 +235,12 @@ def analyze(p: Packets, *, exact_fallback: bool = True) -> TcpAnalysis:
     d32[first_s] = 0
     cs = np.cumsum(d32)
     base = sq[gstart]
-    s64 = base + cs - cs[gstart]                     # unwrapped sequence numbers
+    s64 = base + cs - cs[gstart]  # unwrapped sequence numbers
     end64 = s64 + plen[o] + synfin[o]
     fbig = fo.astype(np.int64, copy=False) * _BIG
     key = fbig + (end64 - base + _HALF)
     cm = np.maximum.accumulate(key) - fbig - _HALF + base  # nextseq after
-    nsb = np.empty(n, dtype=np.int64)                 # nextseq before (invalid at first)
+    nsb = np.empty(n, dtype=np.int64)  # nextseq before (invalid at first)
     nsb[1:] = cm[:-1]
     nsb[first_s] = -1
     adv = first_s | (end64 > nsb)
@@ -235,11 +251,13 @@ def analyze(p: Packets, *, exact_fallback: bool = True) -> TcpAnalysis:
     prev = np.empty(n, dtype=np.int64)
     prev[1:] = o[:-1]
     prev[first_s] = -1
+
     # scatter back to capture order
     def back(x: np.ndarray) -> np.ndarray:
         y = np.empty_like(x)
         y[o] = x
         return y
+
     nextseq_b, nextseq_a, nstime_before, prev_same = back(nsb), back(cm), back(nstime_b), back(prev)
     seq64 = back(s64)
     first = np.zeros(n, dtype=bool)
@@ -308,19 +326,35 @@ def analyze(p: Packets, *, exact_fallback: bool = True) -> TcpAnalysis:
     sna = has_prev & (seq64 < nextseq_b) & ~((plen > 1) & (seq64 == nextseq_b - 1))
     spur = cand & (plen > 0) & (rev_ack != 0) & ~_lt32(rev_ack, (seq + plen) & 0xFFFFFFFF)
     dt_ack = ts - rev_acktime
-    fast = (cand & ~spur & sna & (rev_dupnum >= 2) & (rev_ack == seq32)
-            & (dt_ack >= 0) & (dt_ack < ws.FAST_RTX_WINDOW_NS))
+    fast = (
+        cand
+        & ~spur
+        & sna
+        & (rev_dupnum >= 2)
+        & (rev_ack == seq32)
+        & (dt_ack >= 0)
+        & (dt_ack < ws.FAST_RTX_WINDOW_NS)
+    )
     dt_next = ts - nstime_before
-    ooo = (cand & ~spur & ~fast & sna & (dt_next >= 0) & (dt_next < thres)
-           & (nextseq_b != seq64 + plen + synfin))
+    ooo = (
+        cand & ~spur & ~fast & sna & (dt_next >= 0) & (dt_next < thres) & (nextseq_b != seq64 + plen + synfin)
+    )
     rtx = cand & ~spur & ~fast & ~ooo & sna
 
     bits = np.zeros(n, dtype=np.uint16)
-    for mask, bit in ((rtx, ws.RETRANSMISSION), (fast, ws.FAST_RETRANSMISSION),
-                      (spur, ws.SPURIOUS_RETRANSMISSION), (ooo, ws.OUT_OF_ORDER),
-                      (dup, ws.DUPLICATE_ACK), (zw, ws.ZERO_WINDOW), (ka, ws.KEEP_ALIVE),
-                      (same_win & rev_ka, ws.KEEP_ALIVE_ACK),
-                      (wupd, ws.WINDOW_UPDATE), (lost, ws.LOST_PACKET), (ack_lost, ws.ACK_LOST_PACKET)):
+    for mask, bit in (
+        (rtx, ws.RETRANSMISSION),
+        (fast, ws.FAST_RETRANSMISSION),
+        (spur, ws.SPURIOUS_RETRANSMISSION),
+        (ooo, ws.OUT_OF_ORDER),
+        (dup, ws.DUPLICATE_ACK),
+        (zw, ws.ZERO_WINDOW),
+        (ka, ws.KEEP_ALIVE),
+        (same_win & rev_ka, ws.KEEP_ALIVE_ACK),
+        (wupd, ws.WINDOW_UPDATE),
+        (lost, ws.LOST_PACKET),
+        (ack_lost, ws.ACK_LOST_PACKET),
+    ):
         np.bitwise_or(bits, np.uint16(bit), out=bits, where=mask)
     dup_recovery = rev_dupnum >= DUPACK_EVIDENCE
     new_bytes = np.where(first, plen, np.clip(nextseq_a - np.maximum(nextseq_b, seq64), 0, None))
@@ -330,17 +364,26 @@ def analyze(p: Packets, *, exact_fallback: bool = True) -> TcpAnalysis:
     hard = np.unique(conv[zwp | ack_lost]) if exact_fallback else np.zeros(0, dtype=np.int64)
     if hard.size:
         sel = np.flatnonzero(np.isin(conv, hard))
-        bits[sel] = ws.analyze_exact(ts[sel], p.seq[sel], p.ack[sel], plen[sel], p.flags[sel],
-                                     p.win[sel], conv[sel], side[sel])
+        bits[sel] = ws.analyze_exact(
+            ts[sel], p.seq[sel], p.ack[sel], plen[sel], p.flags[sel], p.win[sel], conv[sel], side[sel]
+        )
         dup_recovery[sel] = _exact_dup_recovery(bits[sel], conv[sel], side[sel], p.ack[sel])
     dup_recovery &= (bits & ws.ANY_RETRANSMISSION) != 0
-    return TcpAnalysis(packets=p, bits=bits, dup_recovery=dup_recovery,
-                       flow=flow, conv=conv, new_bytes=new_bytes, flows=flows,
-                       exact_conversations=int(hard.size))
+    return TcpAnalysis(
+        packets=p,
+        bits=bits,
+        dup_recovery=dup_recovery,
+        flow=flow,
+        conv=conv,
+        new_bytes=new_bytes,
+        flows=flows,
+        exact_conversations=int(hard.size),
+    )
 
 
-def _max_seq_to_be_acked(fo: np.ndarray, s64: np.ndarray, end64: np.ndarray, nsb: np.ndarray,
-                         cm: np.ndarray, first_s: np.ndarray) -> np.ndarray:
+def _max_seq_to_be_acked(
+    fo: np.ndarray, s64: np.ndarray, end64: np.ndarray, nsb: np.ndarray, cm: np.ndarray, first_s: np.ndarray
+) -> np.ndarray:
     """Wireshark's 'max seq to be acked' after each packet (direction-sorted order, 32-bit).
 
     It follows nextseq until a segment jumps over a hole (or extends past nextseq from below);
@@ -376,8 +419,9 @@ def _max_seq_to_be_acked(fo: np.ndarray, s64: np.ndarray, end64: np.ndarray, nsb
 _HANDSHAKE_LOOKAHEAD = 8  # packets after a conversation's first SYN searched for the handshake ACK
 
 
-def _ooo_threshold(ts: np.ndarray, fl: np.ndarray, conv: np.ndarray, oc: np.ndarray,
-                   cfirst: np.ndarray) -> np.ndarray:
+def _ooo_threshold(
+    ts: np.ndarray, fl: np.ndarray, conv: np.ndarray, oc: np.ndarray, cfirst: np.ndarray
+) -> np.ndarray:
     """Per packet: the conversation's handshake RTT once known (Wireshark's ooo_thres), else 3 ms.
 
     The RTT is taken at the conversation's first pure ACK that follows a SYN (without ACK) and has
@@ -421,8 +465,9 @@ def _ooo_threshold(ts: np.ndarray, fl: np.ndarray, conv: np.ndarray, oc: np.ndar
     return np.where(np.arange(n) > after[conv], val[conv], np.int64(ws.DEFAULT_OOO_NS))
 
 
-def _handshake_acks_dense(ts: np.ndarray, flo: np.ndarray, oc: np.ndarray,
-                          cfirst: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _handshake_acks_dense(
+    ts: np.ndarray, flo: np.ndarray, oc: np.ndarray, cfirst: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """Conv-sorted position and RTT of each conversation's handshake ACK, over all packets."""
     n = ts.shape[0]
     tso = ts[oc]

@@ -26,8 +26,14 @@ from analysis.pcapfile import (
     Packets,
 )
 
-_LINK_LEN = {LINKTYPE_ETHERNET: 14, LINKTYPE_LINUX_SLL: 16, LINKTYPE_LINUX_SLL2: 20, LINKTYPE_NULL: 4,
-             LINKTYPE_RAW: 0, LINKTYPE_IPV4: 0}
+_LINK_LEN = {
+    LINKTYPE_ETHERNET: 14,
+    LINKTYPE_LINUX_SLL: 16,
+    LINKTYPE_LINUX_SLL2: 20,
+    LINKTYPE_NULL: 4,
+    LINKTYPE_RAW: 0,
+    LINKTYPE_IPV4: 0,
+}
 _PAD = 128
 
 
@@ -61,7 +67,7 @@ def _record_offsets(buf: np.ndarray, p: Packets) -> np.ndarray | None:
         if start + 16 > buf.shape[0] - _PAD:
             return None
         offs[u] = start
-        start += 16 + int(buf[start + 8:start + 12].view(order + "u4")[0])
+        start += 16 + int(buf[start + 8 : start + 12].view(order + "u4")[0])
         k = u + 1
     got = offs[p.frame - 1]
     if got.size and (int(got.max()) + 16 > buf.shape[0] - _PAD):
@@ -86,8 +92,11 @@ def read_options(p: Packets) -> TcpOptions:
     p costs one header read in Python. If the file changed since it was read, or a packet's
     options were not captured, the values are -1 (callers fall back to what they do without)."""
     n = len(p)
-    none = TcpOptions(tsval=np.full(n, -1, dtype=np.int64), tsecr=np.full(n, -1, dtype=np.int64),
-                      wscale=np.full(n, -1, dtype=np.int64))
+    none = TcpOptions(
+        tsval=np.full(n, -1, dtype=np.int64),
+        tsecr=np.full(n, -1, dtype=np.int64),
+        wscale=np.full(n, -1, dtype=np.int64),
+    )
     if n == 0 or p.linktype not in _LINK_LEN:
         return none
     try:
@@ -95,11 +104,11 @@ def read_options(p: Packets) -> TcpOptions:
     except OSError:
         return none
     buf = np.zeros(raw.shape[0] + _PAD, dtype=np.uint8)
-    buf[:raw.shape[0]] = raw
+    buf[: raw.shape[0]] = raw
     rec = _record_offsets(buf, p)
     if rec is None:
         return none
-    end = rec + 16 + p.caplen                      # end of the captured bytes of each record
+    end = rec + 16 + p.caplen  # end of the captured bytes of each record
     l3 = rec + 16 + _LINK_LEN[p.linktype]
     if p.linktype == LINKTYPE_ETHERNET:
         for _ in range(2):  # 802.1Q / 802.1ad tags

@@ -32,8 +32,8 @@ WINDOW_UPDATE = 0x1000
 ANY_RETRANSMISSION = RETRANSMISSION | FAST_RETRANSMISSION | SPURIOUS_RETRANSMISSION
 
 M32 = 0xFFFFFFFF
-FAST_RTX_WINDOW_NS = 20_000_000   # fast retransmission: within 20 ms of the last dup ACK
-DEFAULT_OOO_NS = 3_000_000        # out-of-order threshold without a handshake RTT
+FAST_RTX_WINDOW_NS = 20_000_000  # fast retransmission: within 20 ms of the last dup ACK
+DEFAULT_OOO_NS = 3_000_000  # out-of-order threshold without a handshake RTT
 
 
 def lt_seq(a: int, b: int) -> bool:
@@ -46,8 +46,16 @@ def gt_seq(a: int, b: int) -> bool:
 
 
 class _Dir:
-    __slots__ = ("nextseq", "nextseqtime", "maxseqtobeacked", "lastack", "lastacktime", "window",
-                 "dupacknum", "lastsegmentflags")
+    __slots__ = (
+        "nextseq",
+        "nextseqtime",
+        "maxseqtobeacked",
+        "lastack",
+        "lastacktime",
+        "window",
+        "dupacknum",
+        "lastsegmentflags",
+    )
 
     def __init__(self) -> None:
         self.nextseq = 0
@@ -69,16 +77,33 @@ class _Conv:
         self.first_rtt = 0
 
 
-def analyze_exact(ts_ns: np.ndarray, seq: np.ndarray, ack: np.ndarray, plen: np.ndarray,
-                  flags: np.ndarray, win: np.ndarray, conv: np.ndarray, side: np.ndarray) -> np.ndarray:
+def analyze_exact(
+    ts_ns: np.ndarray,
+    seq: np.ndarray,
+    ack: np.ndarray,
+    plen: np.ndarray,
+    flags: np.ndarray,
+    win: np.ndarray,
+    conv: np.ndarray,
+    side: np.ndarray,
+) -> np.ndarray:
     """Analysis bits of each packet, in the given (capture) order.
 
     conv: conversation id per packet; side: 0/1 direction within the conversation.
     """
     out = np.zeros(len(seq), dtype=np.uint16)
     convs: dict[int, _Conv] = {}
-    it = zip(ts_ns.tolist(), seq.tolist(), ack.tolist(), plen.tolist(), flags.tolist(),
-             win.tolist(), conv.tolist(), side.tolist(), strict=True)
+    it = zip(
+        ts_ns.tolist(),
+        seq.tolist(),
+        ack.tolist(),
+        plen.tolist(),
+        flags.tolist(),
+        win.tolist(),
+        conv.tolist(),
+        side.tolist(),
+        strict=True,
+    )
     for i, (ts, sq, ak, seglen, fl, window, c, s) in enumerate(it):
         cv = convs.get(c)
         if cv is None:
@@ -94,8 +119,9 @@ def analyze_exact(ts_ns: np.ndarray, seq: np.ndarray, ack: np.ndarray, plen: np.
     return out
 
 
-def _analyze_one(ts: int, seq: int, ack: int, seglen: int, flags: int, window: int,
-                 fwd: _Dir, rev: _Dir, first_rtt: int) -> int:
+def _analyze_one(
+    ts: int, seq: int, ack: int, seglen: int, flags: int, window: int, fwd: _Dir, rev: _Dir, first_rtt: int
+) -> int:
     ta = 0
     sfr = flags & (SYN | FIN | RST)
     done_fwd = False
@@ -136,14 +162,21 @@ def _analyze_one(ts: int, seq: int, ack: int, seglen: int, flags: int, window: i
             seq_not_advanced = False
         if seglen > 0 and rev.lastack and not gt_seq((seq + seglen) & M32, rev.lastack):
             ta |= SPURIOUS_RETRANSMISSION
-        elif (seq_not_advanced and rev.dupacknum >= 2 and rev.lastack == seq
-              and 0 <= ts - rev.lastacktime < FAST_RTX_WINDOW_NS):
+        elif (
+            seq_not_advanced
+            and rev.dupacknum >= 2
+            and rev.lastack == seq
+            and 0 <= ts - rev.lastacktime < FAST_RTX_WINDOW_NS
+        ):
             ta |= FAST_RETRANSMISSION
         else:
             thres = first_rtt or DEFAULT_OOO_NS
             synfin = 1 if flags & (SYN | FIN) else 0
-            if (seq_not_advanced and 0 <= ts - fwd.nextseqtime < thres
-                    and fwd.nextseq != ((seq + seglen + synfin) & M32)):
+            if (
+                seq_not_advanced
+                and 0 <= ts - fwd.nextseqtime < thres
+                and fwd.nextseq != ((seq + seglen + synfin) & M32)
+            ):
                 ta |= OUT_OF_ORDER
             elif seq_not_advanced:
                 ta |= RETRANSMISSION

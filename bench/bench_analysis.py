@@ -26,8 +26,9 @@ from analysis.pcapfile import read_pcap  # noqa: E402
 from analysis.tcp import analyze  # noqa: E402
 
 
-def _frame(src: int, dst: int, sport: int, dport: int, seq: int, ack: int, flags: int, win: int,
-           plen: int, snap: int) -> tuple[bytes, int]:
+def _frame(
+    src: int, dst: int, sport: int, dport: int, seq: int, ack: int, flags: int, win: int, plen: int, snap: int
+) -> tuple[bytes, int]:
     ip = struct.pack("!BBHHHBBHII", 0x45, 0, 20 + 20 + plen, 0, 0x4000, 64, 6, 0, src, dst)
     tcp = struct.pack("!HHIIBBHHH", sport, dport, seq, ack, 5 << 4, flags, win, 0, 0)
     eth = b"\x00\x00\x00\x00\x00\x01\x00\x00\x00\x00\x00\x02\x08\x00"
@@ -35,8 +36,9 @@ def _frame(src: int, dst: int, sport: int, dport: int, seq: int, ack: int, flags
     return wire[:snap], len(wire)
 
 
-def _seg(ends: tuple[int, int, int, int], isn: int, risn: int, seq: int, plen: int,
-         snap: int) -> tuple[bytes, int]:
+def _seg(
+    ends: tuple[int, int, int, int], isn: int, risn: int, seq: int, plen: int, snap: int
+) -> tuple[bytes, int]:
     return _frame(*ends, (isn + seq) & 0xFFFFFFFF, risn + 1, 0x18, 502, plen, snap)
 
 
@@ -125,28 +127,47 @@ def main(argv: list[str]) -> int:
         retx = analyze(pk).summary()["retransmits"]
         rows = [("incastlab read+analyze", ours_s, retx), ("incastlab read only", read_s, None)]
         if tshark:
+
             def run(args: list[str]) -> str:
-                return subprocess.run([tshark, "-r", path, *args], capture_output=True, text=True,
-                                      check=True).stdout
+                return subprocess.run(
+                    [tshark, "-r", path, *args], capture_output=True, text=True, check=True
+                ).stdout
+
             ts_retx: list[int] = []
             t_r = _time(lambda: ts_retx.append(run(["-Y", "tcp.analysis.retransmission"]).count("\n")), 2)
             t_full = _time(lambda: run([]), 2)
-            rows += [("tshark -Y tcp.analysis.retransmission", t_r, ts_retx[-1]),
-                     ("tshark full pass", t_full, None)]
+            rows += [
+                ("tshark -Y tcp.analysis.retransmission", t_r, ts_retx[-1]),
+                ("tshark full pass", t_full, None),
+            ]
         print(f"{path}: {n} packets")
         print(f"{'tool':<40} {'seconds':>9} {'packets/s':>12} {'retransmits':>12}")
         for name, s, r in rows:
             print(f"{name:<40} {s:9.3f} {n / s:12.0f} {'' if r is None else r:>12}")
-        result: dict[str, object] = {"file": a.pcap or "synthetic", "packets": n,
-                                     "ours_s": ours_s, "ours_pps": n / ours_s, "read_s": read_s,
-                                     "ours_retransmits": retx}
+        result: dict[str, object] = {
+            "file": a.pcap or "synthetic",
+            "packets": n,
+            "ours_s": ours_s,
+            "ours_pps": n / ours_s,
+            "read_s": read_s,
+            "ours_retransmits": retx,
+        }
         if tshark:
-            result.update({"tshark_retx_s": t_r, "tshark_full_s": t_full, "tshark_retransmits": ts_retx[-1],
-                           "ratio_vs_tshark_retx": t_r / ours_s, "ratio_vs_tshark_full": t_full / ours_s})
+            result.update(
+                {
+                    "tshark_retx_s": t_r,
+                    "tshark_full_s": t_full,
+                    "tshark_retransmits": ts_retx[-1],
+                    "ratio_vs_tshark_retx": t_r / ours_s,
+                    "ratio_vs_tshark_full": t_full / ours_s,
+                }
+            )
             ratio = t_r / ours_s
-            print(f"RATIO: incastlab read+analyze is {ratio:.1f}x faster than tshark -Y "
-                  f"tcp.analysis.retransmission ({t_full / ours_s:.1f}x a full tshark pass); "
-                  f"goal >= 10x: {'met' if ratio >= 10 else 'NOT met'}")
+            print(
+                f"RATIO: incastlab read+analyze is {ratio:.1f}x faster than tshark -Y "
+                f"tcp.analysis.retransmission ({t_full / ours_s:.1f}x a full tshark pass); "
+                f"goal >= 10x: {'met' if ratio >= 10 else 'NOT met'}"
+            )
             if ts_retx[-1] != retx:
                 print(f"WARNING: retransmissions differ: ours {retx}, tshark {ts_retx[-1]}")
         os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)

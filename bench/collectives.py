@@ -729,8 +729,9 @@ def report(
     inside = [c.switch for c in samples_within(samples, *window) if c.switch is not None]
     ceiling = (probes.get("tcp_ceiling") or {}).get("mean_goodput_over_link")
     ring_rows = [r for r in rows if r["collective"] == "ring"]
-    doc["fidelity"] = sweep.fidelity(inside, ceiling,
-                                     max(ring_rows, key=lambda r: r["size_bytes"]) if ring_rows else None)
+    doc["fidelity"] = sweep.fidelity(
+        inside, ceiling, max(ring_rows, key=lambda r: r["size_bytes"]) if ring_rows else None
+    )
     return doc
 
 

@@ -57,8 +57,12 @@ def machine_counts() -> dict[str, int]:
     """What a leak would make grow."""
     vswitchd = _pid_of("ovs-vswitchd")
     links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout.count("\n")
-    return {"processes": sum(1 for e in Path("/proc").iterdir() if e.name.isdigit()), "links": links,
-            "vswitchd_fds": _fds(vswitchd), "vswitchd_rss_kib": _rss_kib(vswitchd)}
+    return {
+        "processes": sum(1 for e in Path("/proc").iterdir() if e.name.isdigit()),
+        "links": links,
+        "vswitchd_fds": _fds(vswitchd),
+        "vswitchd_rss_kib": _rss_kib(vswitchd),
+    }
 
 
 def controller_peak_rss(stop: threading.Event, out: dict[str, int]) -> None:
@@ -84,35 +88,51 @@ def main(argv: list[str] | None = None) -> int:
     exe = Path(sys.executable).with_name("incastlab")
     rows: list[dict[str, Any]] = []
     base = machine_counts()
-    print(f"{'run':>4}{'rc':>4}{'secs':>7}{'left':>7}{'procs':>7}{'links':>7}{'ovs fds':>9}{'ovs MiB':>9}"
-          f"{'ctl MiB':>9}")
+    print(
+        f"{'run':>4}{'rc':>4}{'secs':>7}{'left':>7}{'procs':>7}{'links':>7}{'ovs fds':>9}{'ovs MiB':>9}"
+        f"{'ctl MiB':>9}"
+    )
     for k in range(1, args.runs + 1):
         stop, peak = threading.Event(), {}
         watcher = threading.Thread(target=controller_peak_rss, args=(stop, peak), daemon=True)
         watcher.start()
         t0 = time.monotonic()
-        proc = subprocess.run([str(exe), "compare", "--results", "results/soak"] + extra,
-                              capture_output=True, text=True)
+        proc = subprocess.run(
+            [str(exe), "compare", "--results", "results/soak"] + extra, capture_output=True, text=True
+        )
         secs = time.monotonic() - t0
         stop.set()
         watcher.join()
         left = find_leftovers()
-        row = {"run": k, "rc": proc.returncode, "seconds": round(secs, 1), "leftovers": left.describe(),
-               "clean": left.empty(), **machine_counts(), **peak}
+        row = {
+            "run": k,
+            "rc": proc.returncode,
+            "seconds": round(secs, 1),
+            "leftovers": left.describe(),
+            "clean": left.empty(),
+            **machine_counts(),
+            **peak,
+        }
         if proc.returncode != 0:
             row["error"] = (proc.stderr.strip().splitlines() or ["?"])[-1]
         rows.append(row)
-        print(f"{k:>4}{row['rc']:>4}{secs:>7.1f}{'no' if left.empty() else 'YES':>7}{row['processes']:>7}"
-              f"{row['links']:>7}{row['vswitchd_fds']:>9}{row['vswitchd_rss_kib'] / 1024:>9.1f}"
-              f"{row.get('controller_rss_kib', 0) / 1024:>9.1f}", flush=True)
+        print(
+            f"{k:>4}{row['rc']:>4}{secs:>7.1f}{'no' if left.empty() else 'YES':>7}{row['processes']:>7}"
+            f"{row['links']:>7}{row['vswitchd_fds']:>9}{row['vswitchd_rss_kib'] / 1024:>9.1f}"
+            f"{row.get('controller_rss_kib', 0) / 1024:>9.1f}",
+            flush=True,
+        )
         if not left.empty():
             subprocess.run([str(exe), "clean"], capture_output=True)
     failures = [r for r in rows if r["rc"] != 0]
     leaks = [r for r in rows if not r["clean"]]
     end = machine_counts()
     verdict = {
-        "runs": len(rows), "failures": len(failures), "runs_with_leftovers": len(leaks),
-        "processes_delta": end["processes"] - base["processes"], "links_delta": end["links"] - base["links"],
+        "runs": len(rows),
+        "failures": len(failures),
+        "runs_with_leftovers": len(leaks),
+        "processes_delta": end["processes"] - base["processes"],
+        "links_delta": end["links"] - base["links"],
         "vswitchd_fds_delta": end["vswitchd_fds"] - base["vswitchd_fds"],
         "vswitchd_rss_delta_kib": end["vswitchd_rss_kib"] - base["vswitchd_rss_kib"],
     }

@@ -82,8 +82,12 @@ def iteration_times(records: list[dict[str, Any]]) -> list[float]:
 def measure(records: list[dict[str, Any]]) -> dict[str, Any]:
     """time_s (mean), min_time_s, iters and every iteration's time (`times_s`) of one (collective, size)."""
     times = iteration_times(records)
-    return {"time_s": sum(times) / len(times), "min_time_s": min(times), "iters": len(times),
-            "times_s": times}
+    return {
+        "time_s": sum(times) / len(times),
+        "min_time_s": min(times),
+        "iters": len(times),
+        "times_s": times,
+    }
 
 
 def paired(ring_times: list[float], gloo_times: list[float]) -> dict[str, Any]:
@@ -96,8 +100,13 @@ def paired(ring_times: list[float], gloo_times: list[float]) -> dict[str, Any]:
     mid = len(ratios) // 2
     median = ratios[mid] if len(ratios) % 2 else (ratios[mid - 1] + ratios[mid]) / 2
     verdict = "faster" if ratios[-1] < 1 else "slower" if ratios[0] > 1 else "tied"
-    return {"ring_over_gloo": round(median, 4), "ring_over_gloo_lo": round(ratios[0], 4),
-            "ring_over_gloo_hi": round(ratios[-1], 4), "ring_vs_gloo": verdict, "pairs": len(ratios)}
+    return {
+        "ring_over_gloo": round(median, 4),
+        "ring_over_gloo_lo": round(ratios[0], 4),
+        "ring_over_gloo_hi": round(ratios[-1], 4),
+        "ring_vs_gloo": verdict,
+        "pairs": len(ratios),
+    }
 
 
 def bandwidths(size: float, n: int, t: float, link_mbit: float) -> dict[str, float]:
@@ -360,28 +369,38 @@ def alpha_breakdown(
 SWITCH_SATURATED = 0.9  # of one core: the software switch's one forwarding thread has no more to give
 
 
-def fidelity(switch_shares: list[float], ceiling_over_link: float | None,
-             ring_big: dict[str, Any] | None) -> dict[str, Any]:
+def fidelity(
+    switch_shares: list[float], ceiling_over_link: float | None, ring_big: dict[str, Any] | None
+) -> dict[str, Any]:
     """What the emulator could give the sweep, said before any figure: how often the software switch
     (ovs-vswitchd, whose one thread forwards every packet) ran at SWITCH_SATURATED of a core or more,
     and what plain TCP streams in the ring's pattern got from the fabric (the probe), so a ring's
     busbw can be read against what this fabric delivers at all, not only against the configured rate."""
-    out: dict[str, Any] = {"switch_saturated_share": None, "switch_cpu_mean": None,
-                           "tcp_ceiling_over_link": ceiling_over_link, "ring_busbw_over_ceiling": None}
+    out: dict[str, Any] = {
+        "switch_saturated_share": None,
+        "switch_cpu_mean": None,
+        "tcp_ceiling_over_link": ceiling_over_link,
+        "ring_busbw_over_ceiling": None,
+    }
     if switch_shares:
-        out["switch_saturated_share"] = round(sum(x >= SWITCH_SATURATED for x in switch_shares)
-                                              / len(switch_shares), 3)
+        out["switch_saturated_share"] = round(
+            sum(x >= SWITCH_SATURATED for x in switch_shares) / len(switch_shares), 3
+        )
         out["switch_cpu_mean"] = round(sum(switch_shares) / len(switch_shares), 3)
     if ceiling_over_link and ring_big:
         out["ring_busbw_over_ceiling"] = round(ring_big["busbw_over_link"] / ceiling_over_link, 4)
     said = []
     if out["switch_saturated_share"] is not None:
-        said.append(f"the software switch ran at >= {SWITCH_SATURATED:.0%} of a core in "
-                    f"{out['switch_saturated_share']:.0%} of the sweep's seconds "
-                    f"(mean {out['switch_cpu_mean']:.0%})")
+        said.append(
+            f"the software switch ran at >= {SWITCH_SATURATED:.0%} of a core in "
+            f"{out['switch_saturated_share']:.0%} of the sweep's seconds "
+            f"(mean {out['switch_cpu_mean']:.0%})"
+        )
     if ceiling_over_link:
-        said.append(f"plain TCP streams in the ring's pattern got {ceiling_over_link:.0%} of the link "
-                    "(1448/1514 = 96 % is the most a TCP payload can)")
+        said.append(
+            f"plain TCP streams in the ring's pattern got {ceiling_over_link:.0%} of the link "
+            "(1448/1514 = 96 % is the most a TCP payload can)"
+        )
     if out["ring_busbw_over_ceiling"] is not None:
         said.append(f"the ring's busbw at its largest size is {out['ring_busbw_over_ceiling']:.0%} of that")
     out["said"] = "; ".join(said)

@@ -129,8 +129,15 @@ def sweep_collectives(job: SweepJob, rank: int, out: Any) -> None:
                 _run_collective(plan, t, rank, job.world)
                 ends[plan.name].append(time.time())
         for plan in job.collectives:
-            rec = {"collective": plan.name, "kind": plan.kind, "size_bytes": size, "rank": rank,
-                   "t_start": starts[plan.name][0], "t_starts": starts[plan.name], "t_end": ends[plan.name]}
+            rec = {
+                "collective": plan.name,
+                "kind": plan.kind,
+                "size_bytes": size,
+                "rank": rank,
+                "t_start": starts[plan.name][0],
+                "t_starts": starts[plan.name],
+                "t_end": ends[plan.name],
+            }
             out.write(json.dumps(rec) + "\n")
         out.flush()
 

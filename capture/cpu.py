@@ -76,10 +76,15 @@ class CpuSampler:
                 cores = core_jiffies(Path("/proc/stat").read_text())
                 sw = process_jiffies(self.pid) if self.pid else None
                 now = time.monotonic()
-                busy = [round((b1 - b0) / (t1 - t0), 3) if t1 > t0 else 0.0
-                        for (b0, t0), (b1, t1) in zip(prev_cores, cores, strict=False)]
-                share = (round((sw - prev_sw) / CLK_TCK / (now - prev_t), 3)
-                         if sw is not None and prev_sw is not None and now > prev_t else None)
+                busy = [
+                    round((b1 - b0) / (t1 - t0), 3) if t1 > t0 else 0.0
+                    for (b0, t0), (b1, t1) in zip(prev_cores, cores, strict=False)
+                ]
+                share = (
+                    round((sw - prev_sw) / CLK_TCK / (now - prev_t), 3)
+                    if sw is not None and prev_sw is not None and now > prev_t
+                    else None
+                )
                 f.write(json.dumps(CpuSample(time.time(), busy, share).to_dict()) + "\n")
                 f.flush()
                 prev_cores, prev_sw, prev_t = cores, sw, now

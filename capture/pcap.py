@@ -93,9 +93,17 @@ class PcapCapture:
     written there. Usable as a context manager; `stop()` is idempotent and safe after a failed start.
     """
 
-    def __init__(self, points: Sequence[CapturePoint], snaplen: int = 128, buffer_kib: int = 8192,
-                 bpf: str = "tcp", base_dir: Path | None = None, start_timeout: float = 10.0,
-                 drain_s: float = 1.0, stop_timeout: float = 10.0) -> None:
+    def __init__(
+        self,
+        points: Sequence[CapturePoint],
+        snaplen: int = 128,
+        buffer_kib: int = 8192,
+        bpf: str = "tcp",
+        base_dir: Path | None = None,
+        start_timeout: float = 10.0,
+        drain_s: float = 1.0,
+        stop_timeout: float = 10.0,
+    ) -> None:
         names = [p.name for p in points]
         if len(set(names)) != len(names):
             raise ValueError(f"capture point names must be unique: {names}")
@@ -112,8 +120,20 @@ class PcapCapture:
 
     def argv(self, point: CapturePoint) -> list[str]:
         """The tcpdump command line for one point."""
-        argv = ["tcpdump", "-i", point.iface, "-s", str(self.snaplen), "-B", str(self.buffer_kib),
-                "-w", str(point.file), "--immediate-mode", "-n", "-U"]
+        argv = [
+            "tcpdump",
+            "-i",
+            point.iface,
+            "-s",
+            str(self.snaplen),
+            "-B",
+            str(self.buffer_kib),
+            "-w",
+            str(point.file),
+            "--immediate-mode",
+            "-n",
+            "-U",
+        ]
         return argv + self.bpf.split() if self.bpf else argv
 
     def start(self) -> None:
@@ -133,14 +153,19 @@ class PcapCapture:
             run = _Running(point)
             self._running.append(run)
             try:
-                run.proc = point.popen(self.argv(point), stdin=subprocess.DEVNULL,
-                                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                run.proc = point.popen(
+                    self.argv(point),
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.PIPE,
+                )
             except OSError as exc:
                 run.error = f"cannot launch tcpdump: {exc}"
                 run.eof.set()
                 continue
-            run.reader = threading.Thread(target=self._read_stderr, args=(run,),
-                                          name=f"tcpdump-stderr-{point.name}", daemon=True)
+            run.reader = threading.Thread(
+                target=self._read_stderr, args=(run,), name=f"tcpdump-stderr-{point.name}", daemon=True
+            )
             run.reader.start()
         failures = []
         deadline = time.monotonic() + self.start_timeout
@@ -232,14 +257,23 @@ class PcapCapture:
             if error is None and rc not in (0, None):
                 error = f"tcpdump exited with code {rc}: {_first_error_line(run.lines)}"
         dropped = stats.get("packets_dropped_kernel", 0) + stats.get("packets_dropped_interface", 0)
-        complete = (error is None and dropped == 0 and stats.get("packets_received") is not None
-                    and stats.get("packets_captured") == stats.get("packets_received"))
-        return CapturePointReport(name=point.name, iface=point.iface, file=self._rel(point.file),
-                                  packets_captured=stats.get("packets_captured"),
-                                  packets_received=stats.get("packets_received"),
-                                  packets_dropped_kernel=stats.get("packets_dropped_kernel"),
-                                  complete=complete, error=error,
-                                  packets_dropped_interface=stats.get("packets_dropped_interface"))
+        complete = (
+            error is None
+            and dropped == 0
+            and stats.get("packets_received") is not None
+            and stats.get("packets_captured") == stats.get("packets_received")
+        )
+        return CapturePointReport(
+            name=point.name,
+            iface=point.iface,
+            file=self._rel(point.file),
+            packets_captured=stats.get("packets_captured"),
+            packets_received=stats.get("packets_received"),
+            packets_dropped_kernel=stats.get("packets_dropped_kernel"),
+            complete=complete,
+            error=error,
+            packets_dropped_interface=stats.get("packets_dropped_interface"),
+        )
 
     def _rel(self, file: Path) -> str:
         """A point's file as written in capture.json: relative to base_dir when under it."""
@@ -254,6 +288,7 @@ class PcapCapture:
         self.start()
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.stop()

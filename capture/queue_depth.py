@@ -32,11 +32,11 @@ NLM_F_REQUEST, NLM_F_DUMP = 0x1, 0x300
 TCA_STATS2 = 7
 TCA_STATS_BASIC, TCA_STATS_QUEUE, TCA_STATS_PKT64 = 1, 3, 8
 NLA_TYPE_MASK = 0x3FFF
-_NLMSGHDR = struct.Struct("=IHHII")      # len, type, flags, seq, pid
-_TCMSG = struct.Struct("=BxxxiIII")      # family, pad, ifindex, handle, parent, info
-_RTATTR = struct.Struct("=HH")           # len, type
-_BASIC = struct.Struct("=QI")            # gnet_stats_basic: bytes, packets
-_QUEUE = struct.Struct("=IIIII")         # gnet_stats_queue: qlen, backlog, drops, requeues, overlimits
+_NLMSGHDR = struct.Struct("=IHHII")  # len, type, flags, seq, pid
+_TCMSG = struct.Struct("=BxxxiIII")  # family, pad, ifindex, handle, parent, info
+_RTATTR = struct.Struct("=HH")  # len, type
+_BASIC = struct.Struct("=QI")  # gnet_stats_basic: bytes, packets
+_QUEUE = struct.Struct("=IIIII")  # gnet_stats_queue: qlen, backlog, drops, requeues, overlimits
 
 
 class QueueSamplerError(RuntimeError):
@@ -70,7 +70,7 @@ def _attrs(buf: bytes, start: int, end: int) -> Iterator[tuple[int, bytes]]:
         length, kind = _RTATTR.unpack_from(buf, off)
         if length < _RTATTR.size:
             break
-        yield kind & NLA_TYPE_MASK, buf[off + _RTATTR.size:off + length]
+        yield kind & NLA_TYPE_MASK, buf[off + _RTATTR.size : off + length]
         off += (length + 3) & ~3
 
 
@@ -91,8 +91,12 @@ def parse_tclass_stats(payload: bytes) -> ClassStats | None:
     if basic is None or queue is None:
         return None
     qlen, backlog, drops, _requeues, _overlimits = queue
-    return ClassStats(backlog_bytes=backlog, backlog_packets=qlen, drops=drops,
-                      sent_packets=pkt64 if pkt64 is not None else basic[1])
+    return ClassStats(
+        backlog_bytes=backlog,
+        backlog_packets=qlen,
+        drops=drops,
+        sent_packets=pkt64 if pkt64 is not None else basic[1],
+    )
 
 
 class _Backend(Protocol):
@@ -112,8 +116,9 @@ class NetlinkBackend:
         self.ifindex = ifindex
         self.classid = classid
         self.seq = 0
-        self.sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW | socket.SOCK_CLOEXEC,
-                                  socket.NETLINK_ROUTE)
+        self.sock = socket.socket(
+            socket.AF_NETLINK, socket.SOCK_RAW | socket.SOCK_CLOEXEC, socket.NETLINK_ROUTE
+        )
         try:
             self.sock.bind((0, 0))
             self.sock.settimeout(2.0)
@@ -125,8 +130,9 @@ class NetlinkBackend:
         """The class's stats now, or None if the interface has no such class."""
         self.seq += 1
         body = _TCMSG.pack(socket.AF_UNSPEC, self.ifindex, 0, 0, 0)
-        head = _NLMSGHDR.pack(_NLMSGHDR.size + len(body), RTM_GETTCLASS, NLM_F_REQUEST | NLM_F_DUMP,
-                              self.seq, 0)
+        head = _NLMSGHDR.pack(
+            _NLMSGHDR.size + len(body), RTM_GETTCLASS, NLM_F_REQUEST | NLM_F_DUMP, self.seq, 0
+        )
         try:
             self.sock.send(head + body)
         except OSError as exc:
@@ -142,7 +148,7 @@ class NetlinkBackend:
                 length, kind, _flags, seq, _pid = _NLMSGHDR.unpack_from(buf, off)
                 if length < _NLMSGHDR.size:
                     raise BackendError("netlink: malformed message")
-                msg = buf[off + _NLMSGHDR.size:off + length]
+                msg = buf[off + _NLMSGHDR.size : off + length]
                 off += (length + 3) & ~3
                 if seq != self.seq:
                     continue  # a late answer to an earlier request
@@ -181,8 +187,9 @@ class QdiscDumpBackend:
     def __init__(self, ifindexes: dict[int, str]) -> None:
         self.ifindexes = ifindexes
         self.seq = 0
-        self.sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW | socket.SOCK_CLOEXEC,
-                                  socket.NETLINK_ROUTE)
+        self.sock = socket.socket(
+            socket.AF_NETLINK, socket.SOCK_RAW | socket.SOCK_CLOEXEC, socket.NETLINK_ROUTE
+        )
         try:
             self.sock.bind((0, 0))
             self.sock.settimeout(2.0)
@@ -194,8 +201,9 @@ class QdiscDumpBackend:
         """Root-qdisc stats of the watched interfaces (an interface that is gone is left out)."""
         self.seq += 1
         body = _TCMSG.pack(socket.AF_UNSPEC, 0, 0, 0, 0)
-        head = _NLMSGHDR.pack(_NLMSGHDR.size + len(body), RTM_GETQDISC, NLM_F_REQUEST | NLM_F_DUMP,
-                              self.seq, 0)
+        head = _NLMSGHDR.pack(
+            _NLMSGHDR.size + len(body), RTM_GETQDISC, NLM_F_REQUEST | NLM_F_DUMP, self.seq, 0
+        )
         try:
             self.sock.send(head + body)
         except OSError as exc:
@@ -211,7 +219,7 @@ class QdiscDumpBackend:
                 length, kind, _flags, seq, _pid = _NLMSGHDR.unpack_from(buf, off)
                 if length < _NLMSGHDR.size:
                     raise BackendError("netlink: malformed message")
-                msg = buf[off + _NLMSGHDR.size:off + length]
+                msg = buf[off + _NLMSGHDR.size : off + length]
                 off += (length + 3) & ~3
                 if seq != self.seq:
                     continue
@@ -246,14 +254,18 @@ def parse_tc_class_block(lines: list[str]) -> ClassStats | None:
     if sent is None or backlog is None:
         return None
     drops = int(sent[sent.index("(dropped") + 1].rstrip(",")) if "(dropped" in sent else 0
-    return ClassStats(backlog_bytes=_tc_size(backlog[1]), backlog_packets=int(backlog[2].rstrip("p")),
-                      drops=drops, sent_packets=int(sent[sent.index("pkt") - 1]))
+    return ClassStats(
+        backlog_bytes=_tc_size(backlog[1]),
+        backlog_packets=int(backlog[2].rstrip("p")),
+        drops=drops,
+        sent_packets=int(sent[sent.index("pkt") - 1]),
+    )
 
 
 def _tc_size(text: str) -> int:
     """tc's backlog size ('1514b', '30Kb', '1.5Mb') in bytes."""
     text = text.rstrip("b")
-    scale = {"K": 1024, "M": 1024 ** 2, "G": 1024 ** 3}.get(text[-1:], 1)
+    scale = {"K": 1024, "M": 1024**2, "G": 1024**3}.get(text[-1:], 1)
     return int(float(text[:-1] if scale > 1 else text) * scale)
 
 
@@ -270,8 +282,13 @@ class TcBatchBackend:
         if shutil.which("stdbuf"):
             argv = ["stdbuf", "-oL", *argv]  # tc's stdout is a pipe: make it line buffered
         self.proc: subprocess.Popen[str] = subprocess.Popen(
-            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-            text=True, bufsize=1)
+            argv,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            bufsize=1,
+        )
         self.lines: Queue[str | None] = Queue()
         self.reader = threading.Thread(target=self._pump, name="tc-batch-reader", daemon=True)
         self.reader.start()
@@ -361,8 +378,14 @@ class QueueSampler:
     written, so a crashed run keeps what it sampled.
     """
 
-    def __init__(self, ifaces: str | list[str], out: Path, interval: float = 0.01, classid: str = "1:1",
-                 backend: str = "auto") -> None:
+    def __init__(
+        self,
+        ifaces: str | list[str],
+        out: Path,
+        interval: float = 0.01,
+        classid: str = "1:1",
+        backend: str = "auto",
+    ) -> None:
         if backend not in ("auto", "netlink", "tc"):
             raise ValueError(f"backend must be auto, netlink or tc, not {backend!r}")
         self.ifaces = [ifaces] if isinstance(ifaces, str) else list(ifaces)
@@ -464,9 +487,14 @@ class QueueSampler:
             if self.many and not force and ps.written == st:
                 continue
             ps.written = st
-            sample = QueueSample(t=round(t, 6), backlog_bytes=st.backlog_bytes,
-                                 backlog_packets=st.backlog_packets, drops=st.drops,
-                                 sent_packets=st.sent_packets, port=name)
+            sample = QueueSample(
+                t=round(t, 6),
+                backlog_bytes=st.backlog_bytes,
+                backlog_packets=st.backlog_packets,
+                drops=st.drops,
+                sent_packets=st.sent_packets,
+                port=name,
+            )
             self._file.write(json.dumps(sample.to_dict()) + "\n")
         self._file.flush()
         self._times.append(t)
@@ -522,9 +550,14 @@ class QueueSampler:
             "interval_s_max": round(max(gaps), 6) if gaps else None,
             "backend": self.backend,
             "error": self.error,
-            "ports": {name: {"max_backlog_packets": ps.max_packets, "max_backlog_bytes": ps.max_bytes,
-                             "drops_delta": ps.last.drops - ps.first.drops}
-                      for name, ps in sorted(self._ports.items())},
+            "ports": {
+                name: {
+                    "max_backlog_packets": ps.max_packets,
+                    "max_backlog_bytes": ps.max_bytes,
+                    "drops_delta": ps.last.drops - ps.first.drops,
+                }
+                for name, ps in sorted(self._ports.items())
+            },
         }
         return self._summary
 

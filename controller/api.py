@@ -29,8 +29,14 @@ StartResponse = Callable[[str, list[tuple[str, str]]], Any]
 class ApiApp:
     """WSGI app over a StatsStore, the plan, switch connection state and a phase file."""
 
-    def __init__(self, plan: Plan, store: StatsStore, connected: Callable[[], set[int]],
-                 phase_file: Path | None = None, static_dir: Path = STATIC_DIR) -> None:
+    def __init__(
+        self,
+        plan: Plan,
+        store: StatsStore,
+        connected: Callable[[], set[int]],
+        phase_file: Path | None = None,
+        static_dir: Path = STATIC_DIR,
+    ) -> None:
         self.plan = plan
         self.store = store
         self.connected = connected
@@ -74,7 +80,7 @@ class ApiApp:
         if path == "/" or path == "/index.html":
             return self._static("index.html")
         if path.startswith("/static/"):
-            return self._static(path[len("/static/"):])
+            return self._static(path[len("/static/") :])
         return self._json(404, {"error": f"no such path: {path[:100]}"})
 
     # -- handlers ---------------------------------------------------------------------------
@@ -132,13 +138,29 @@ class ApiApp:
             return self._json(404, {"error": f"no such file: {rel[:100]}"})
         ctype = mimetypes.guess_type(target.name)[0] or "application/octet-stream"
         body = target.read_bytes()
-        return "200 OK", [("Content-Type", ctype), ("Content-Length", str(len(body))),
-                          ("Cache-Control", "no-cache")], body
+        return (
+            "200 OK",
+            [("Content-Type", ctype), ("Content-Length", str(len(body))), ("Cache-Control", "no-cache")],
+            body,
+        )
 
     @staticmethod
     def _json(code: int, doc: Any) -> tuple[str, list[tuple[str, str]], bytes]:
-        reason = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",
-                  414: "URI Too Long", 500: "Internal Server Error"}[code]
+        reason = {
+            200: "OK",
+            400: "Bad Request",
+            404: "Not Found",
+            405: "Method Not Allowed",
+            414: "URI Too Long",
+            500: "Internal Server Error",
+        }[code]
         body = json.dumps(doc).encode()
-        return f"{code} {reason}", [("Content-Type", "application/json"),
-                                    ("Content-Length", str(len(body))), ("Cache-Control", "no-cache")], body
+        return (
+            f"{code} {reason}",
+            [
+                ("Content-Type", "application/json"),
+                ("Content-Length", str(len(body))),
+                ("Cache-Control", "no-cache"),
+            ],
+            body,
+        )

@@ -43,12 +43,17 @@ class FabricController(app_manager.OSKenApp):
         self.store = StatsStore(self.plan, record=Path(record) if record else None)
         self.datapaths: dict[int, Any] = {}
         phase = CONFIG.get("phase_file")
-        self.api = ApiApp(self.plan, self.store, lambda: set(self.datapaths),
-                          phase_file=Path(phase) if phase else None)
+        self.api = ApiApp(
+            self.plan, self.store, lambda: set(self.datapaths), phase_file=Path(phase) if phase else None
+        )
         self.listener = CONFIG.get("api_socket") or eventlet.listen(
-            (CONFIG.get("api_host", "127.0.0.1"), int(CONFIG.get("api_port", 8080))))
-        self.threads.append(hub.spawn(eventlet.wsgi.server, self.listener, self.api, log_output=False,
-                                      socket_timeout=CLIENT_TIMEOUT))
+            (CONFIG.get("api_host", "127.0.0.1"), int(CONFIG.get("api_port", 8080)))
+        )
+        self.threads.append(
+            hub.spawn(
+                eventlet.wsgi.server, self.listener, self.api, log_output=False, socket_timeout=CLIENT_TIMEOUT
+            )
+        )
         self.threads.append(hub.spawn(self._poll))
 
     # -- switch life cycle ------------------------------------------------------------------
@@ -80,8 +85,11 @@ class FabricController(app_manager.OSKenApp):
         ofp = msg.datapath.ofproto
         name = self.store.dpid_name.get(msg.datapath.id, str(msg.datapath.id))
         port = msg.desc.port_no
-        down = (bool(msg.desc.state & ofp.OFPPS_LINK_DOWN) or bool(msg.desc.config & ofp.OFPPC_PORT_DOWN)
-                or msg.reason == ofp.OFPPR_DELETE)
+        down = (
+            bool(msg.desc.state & ofp.OFPPS_LINK_DOWN)
+            or bool(msg.desc.config & ofp.OFPPC_PORT_DOWN)
+            or msg.reason == ofp.OFPPR_DELETE
+        )
         if self.port_state.get((name, port)) == (not down):
             return  # OVS repeats itself: one event per real change
         first = (name, port) not in self.port_state
@@ -99,8 +107,12 @@ class FabricController(app_manager.OSKenApp):
             for dpid, dp in list(self.datapaths.items()):
                 for group in self.rules[dpid].groups:
                     dp.send_msg(self._group_mod(dp, group, modify=True))
-            self.store.add_event("reroute", link=f"{link[0]}-{link[1]}", state="down" if down else "up",
-                                 dead_links=sorted(f"{a}-{b}" for a, b in self.down))
+            self.store.add_event(
+                "reroute",
+                link=f"{link[0]}-{link[1]}",
+                state="down" if down else "up",
+                dead_links=sorted(f"{a}-{b}" for a, b in self.down),
+            )
             LOG.info("link %s-%s %s: groups rewritten", link[0], link[1], "down" if down else "up")
 
     # -- statistics -------------------------------------------------------------------------
@@ -122,8 +134,19 @@ class FabricController(app_manager.OSKenApp):
         dpid = ev.msg.datapath.id
         t = self.store.now()
         for s in ev.msg.body:
-            counters = {f: getattr(s, f) for f in ("tx_bytes", "rx_bytes", "tx_packets", "rx_packets",
-                                                   "tx_dropped", "rx_dropped", "tx_errors", "rx_errors")}
+            counters = {
+                f: getattr(s, f)
+                for f in (
+                    "tx_bytes",
+                    "rx_bytes",
+                    "tx_packets",
+                    "rx_packets",
+                    "tx_dropped",
+                    "rx_dropped",
+                    "tx_errors",
+                    "rx_errors",
+                )
+            }
             self.store.add_port(dpid, s.port_no, counters, s.duration_sec + s.duration_nsec * 1e-9, t)
 
     @set_ev_cls(ofp_event.EventOFPQueueStatsReply, MAIN_DISPATCHER)
@@ -133,14 +156,23 @@ class FabricController(app_manager.OSKenApp):
         t = self.store.now()
         for s in ev.msg.body:
             counters = {"tx_bytes": s.tx_bytes, "tx_packets": s.tx_packets, "drops": s.tx_errors}
-            self.store.add_queue(dpid, s.port_no, s.queue_id, counters,
-                                 s.duration_sec + s.duration_nsec * 1e-9, t)
+            self.store.add_queue(
+                dpid, s.port_no, s.queue_id, counters, s.duration_sec + s.duration_nsec * 1e-9, t
+            )
 
     # -- flow programming -------------------------------------------------------------------
     def _install(self, dp: Any, rules: SwitchRules) -> None:
         parser, ofp = dp.ofproto_parser, dp.ofproto
-        dp.send_msg(parser.OFPFlowMod(datapath=dp, command=ofp.OFPFC_DELETE, table_id=ofp.OFPTT_ALL,
-                                      out_port=ofp.OFPP_ANY, out_group=ofp.OFPG_ANY, match=parser.OFPMatch()))
+        dp.send_msg(
+            parser.OFPFlowMod(
+                datapath=dp,
+                command=ofp.OFPFC_DELETE,
+                table_id=ofp.OFPTT_ALL,
+                out_port=ofp.OFPP_ANY,
+                out_group=ofp.OFPG_ANY,
+                match=parser.OFPMatch(),
+            )
+        )
         dp.send_msg(parser.OFPGroupMod(dp, command=ofp.OFPGC_DELETE, group_id=ofp.OFPG_ALL))
         for group in rules.groups:
             dp.send_msg(self._group_mod(dp, group))
@@ -151,10 +183,19 @@ class FabricController(app_manager.OSKenApp):
     @staticmethod
     def _group_mod(dp: Any, group: GroupRule, modify: bool = False) -> Any:
         parser, ofp = dp.ofproto_parser, dp.ofproto
-        buckets = [parser.OFPBucket(weight=1, watch_port=port, watch_group=ofp.OFPG_ANY,
-                                    actions=[parser.OFPActionOutput(port)]) for port in group.ports]
-        return parser.OFPGroupMod(dp, command=ofp.OFPGC_MODIFY if modify else ofp.OFPGC_ADD,
-                                  type_=ofp.OFPGT_SELECT, group_id=group.group_id, buckets=buckets)
+        buckets = [
+            parser.OFPBucket(
+                weight=1, watch_port=port, watch_group=ofp.OFPG_ANY, actions=[parser.OFPActionOutput(port)]
+            )
+            for port in group.ports
+        ]
+        return parser.OFPGroupMod(
+            dp,
+            command=ofp.OFPGC_MODIFY if modify else ofp.OFPGC_ADD,
+            type_=ofp.OFPGT_SELECT,
+            group_id=group.group_id,
+            buckets=buckets,
+        )
 
     @staticmethod
     def _flow_mod(dp: Any, flow: FlowRule) -> Any:
@@ -164,6 +205,9 @@ class FabricController(app_manager.OSKenApp):
         else:
             actions = [parser.OFPActionOutput(p) for p in flow.out_ports]
         instructions = [parser.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS, actions)]
-        return parser.OFPFlowMod(datapath=dp, priority=flow.priority, match=parser.OFPMatch(**flow.match),
-                                 instructions=instructions)
-
+        return parser.OFPFlowMod(
+            datapath=dp,
+            priority=flow.priority,
+            match=parser.OFPMatch(**flow.match),
+            instructions=instructions,
+        )

@@ -40,8 +40,9 @@ class ControllerProcess:
     127.0.0.1, and neither the OpenFlow port nor the API has any authentication.
     """
 
-    def __init__(self, plan: Plan, options: ControllerOptions, workdir: Path,
-                 record: Path | None = None) -> None:
+    def __init__(
+        self, plan: Plan, options: ControllerOptions, workdir: Path, record: Path | None = None
+    ) -> None:
         self.plan = plan
         self.options = options
         self.workdir = workdir
@@ -65,29 +66,52 @@ class ControllerProcess:
     def check_ports(self) -> None:
         """Refuse early when the OpenFlow or API port is taken."""
         if not port_free(self.of_host, self.of_port):
-            raise ControllerError(f"OpenFlow port {self.of_host}:{self.of_port} is already in use "
-                                  f"(another controller? try `incastlab clean` or --of-port)")
+            raise ControllerError(
+                f"OpenFlow port {self.of_host}:{self.of_port} is already in use "
+                f"(another controller? try `incastlab clean` or --of-port)"
+            )
         if not port_free(self.api_host, self.api_port):
-            raise ControllerError(f"API port {self.api_host}:{self.api_port} is already in use "
-                                  f"(try --api-port)")
+            raise ControllerError(
+                f"API port {self.api_host}:{self.api_port} is already in use (try --api-port)"
+            )
 
     def start(self, timeout: float = 30.0) -> None:
         """Start the process and wait until its API answers."""
         self.check_ports()
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.plan_file.write_text(json.dumps(self.plan.to_dict(), indent=1))
-        argv = [sys.executable, "-m", "controller.main", "--plan", str(self.plan_file),
-                "--of-host", self.of_host, "--of-port", str(self.of_port),
-                "--api-host", self.api_host, "--api-port", str(self.api_port),
-                "--interval", str(self.interval), "--phase-file", str(self.phase_file)]
+        argv = [
+            sys.executable,
+            "-m",
+            "controller.main",
+            "--plan",
+            str(self.plan_file),
+            "--of-host",
+            self.of_host,
+            "--of-port",
+            str(self.of_port),
+            "--api-host",
+            self.api_host,
+            "--api-port",
+            str(self.api_port),
+            "--interval",
+            str(self.interval),
+            "--phase-file",
+            str(self.phase_file),
+        ]
         if self.record is not None:
             argv += ["--record", str(self.record)]
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         with open(self.log_file, "ab") as log:
             # its own session: a terminal's Ctrl-C reaches the runner only, which stops it in turn
-            self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env,
-                                         cwd=str(Path(__file__).resolve().parent.parent),
-                                         start_new_session=True)
+            self.proc = subprocess.Popen(
+                argv,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                cwd=str(Path(__file__).resolve().parent.parent),
+                start_new_session=True,
+            )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

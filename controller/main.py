@@ -20,8 +20,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """Command-line options of the controller process."""
     p = argparse.ArgumentParser(prog="incastlab-controller", description=__doc__)
     p.add_argument("--plan", required=True, type=Path, help="wiring plan JSON written by the fabric")
-    p.add_argument("--of-host", default="127.0.0.1",
-                   help="OpenFlow listen address (default loopback: the switches run on this machine)")
+    p.add_argument(
+        "--of-host",
+        default="127.0.0.1",
+        help="OpenFlow listen address (default loopback: the switches run on this machine)",
+    )
     p.add_argument("--of-port", type=int, default=6653, help="OpenFlow listen port (default 6653)")
     p.add_argument("--api-host", default="127.0.0.1", help="HTTP API address (default loopback)")
     p.add_argument("--api-port", type=int, default=8080, help="HTTP API port (default 8080)")
@@ -78,10 +81,16 @@ def main(argv: list[str] | None = None) -> int:
     # SIGTERM ends the process at once: eventlet would otherwise ignore it until killed. The
     # record file is line-buffered, so nothing written is lost.
     signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
-    app.CONFIG.update(plan=plan, interval=args.interval, record=args.record, phase_file=args.phase_file,
-                      api_socket=api_socket)
-    cfg.CONF(args=["--ofp-listen-host", args.of_host, "--ofp-tcp-listen-port", str(args.of_port)],
-             project="os_ken")
+    app.CONFIG.update(
+        plan=plan,
+        interval=args.interval,
+        record=args.record,
+        phase_file=args.phase_file,
+        api_socket=api_socket,
+    )
+    cfg.CONF(
+        args=["--ofp-listen-host", args.of_host, "--ofp-tcp-listen-port", str(args.of_port)], project="os_ken"
+    )
     import logging
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")

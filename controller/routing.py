@@ -85,8 +85,11 @@ def compute_rules(plan: Plan, down: set[tuple[str, str]] | None = None) -> dict[
         for other in leaves:
             if other.name == name:
                 continue
-            alive = tuple(uplink_of[(name, sp.name)] for sp in spines
-                          if (name, sp.name) not in down and (other.name, sp.name) not in down)
+            alive = tuple(
+                uplink_of[(name, sp.name)]
+                for sp in spines
+                if (name, sp.name) not in down and (other.name, sp.name) not in down
+            )
             sr.groups.append(GroupRule(group_id(other.name), alive))
         for host in plan.hosts:
             match = {"eth_dst": host.mac}
@@ -96,21 +99,33 @@ def compute_rules(plan: Plan, down: set[tuple[str, str]] | None = None) -> dict[
                 sr.flows.append(FlowRule(PRIO_UNICAST, match, group=group_id(host.leaf)))
         for port in host_ports:
             others = tuple(p for p in host_ports if p != port)
-            sr.flows.append(FlowRule(PRIO_BROADCAST, {"in_port": port, "eth_dst": MULTICAST_BIT},
-                                     out_ports=others + (up_ports[0],)))
+            sr.flows.append(
+                FlowRule(
+                    PRIO_BROADCAST,
+                    {"in_port": port, "eth_dst": MULTICAST_BIT},
+                    out_ports=others + (up_ports[0],),
+                )
+            )
         for port in up_ports:
-            sr.flows.append(FlowRule(PRIO_BROADCAST, {"in_port": port, "eth_dst": MULTICAST_BIT},
-                                     out_ports=host_ports))
+            sr.flows.append(
+                FlowRule(PRIO_BROADCAST, {"in_port": port, "eth_dst": MULTICAST_BIT}, out_ports=host_ports)
+            )
         rules[leaf.dpid] = sr
     for spine in spines:
         name = spine.name
         sr = SwitchRules(name, spine.dpid, "spine")
         down_ports = tuple(downlink_of[(name, lf.name)] for lf in leaves)
         for host in plan.hosts:
-            sr.flows.append(FlowRule(PRIO_UNICAST, {"eth_dst": host.mac},
-                                     out_ports=(downlink_of[(name, host.leaf)],)))
+            sr.flows.append(
+                FlowRule(PRIO_UNICAST, {"eth_dst": host.mac}, out_ports=(downlink_of[(name, host.leaf)],))
+            )
         for port in down_ports:
-            sr.flows.append(FlowRule(PRIO_BROADCAST, {"in_port": port, "eth_dst": MULTICAST_BIT},
-                                     out_ports=tuple(p for p in down_ports if p != port)))
+            sr.flows.append(
+                FlowRule(
+                    PRIO_BROADCAST,
+                    {"in_port": port, "eth_dst": MULTICAST_BIT},
+                    out_ports=tuple(p for p in down_ports if p != port),
+                )
+            )
         rules[spine.dpid] = sr
     return rules

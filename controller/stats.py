@@ -17,16 +17,29 @@ from typing import Any, TextIO
 
 from runmodel.fabric import Plan
 
-PORT_FIELDS = ("tx_bytes", "rx_bytes", "tx_packets", "rx_packets", "tx_dropped", "rx_dropped",
-               "tx_errors", "rx_errors")
+PORT_FIELDS = (
+    "tx_bytes",
+    "rx_bytes",
+    "tx_packets",
+    "rx_packets",
+    "tx_dropped",
+    "rx_dropped",
+    "tx_errors",
+    "rx_errors",
+)
 QUEUE_FIELDS = ("tx_bytes", "tx_packets", "drops")
 
 
 class StatsStore:
     """Latest port/queue counters with rates, plus a time series of every sample."""
 
-    def __init__(self, plan: Plan, max_samples: int = 500_000,
-                 record: Path | None = None, clock: Callable[[], float] | None = None) -> None:
+    def __init__(
+        self,
+        plan: Plan,
+        max_samples: int = 500_000,
+        record: Path | None = None,
+        clock: Callable[[], float] | None = None,
+    ) -> None:
         import time
 
         self._clock = clock or time.time
@@ -50,8 +63,13 @@ class StatsStore:
         return name is not None and (name, port) in self.peer
 
     def _base(self, name: str, port: int, t: float) -> dict[str, Any]:
-        return {"t": round(t, 4), "switch": name, "port": port, "name": f"{name}-eth{port}",
-                "peer": self.peer.get((name, port), "")}
+        return {
+            "t": round(t, 4),
+            "switch": name,
+            "port": port,
+            "name": f"{name}-eth{port}",
+            "peer": self.peer.get((name, port), ""),
+        }
 
     @staticmethod
     def _rate(prev: dict[str, Any] | None, key: str, now_val: int, dt: float, bits: bool) -> float:
@@ -60,8 +78,9 @@ class StatsStore:
         delta = max(0, now_val - prev[key])
         return delta * (8 if bits else 1) / dt
 
-    def add_port(self, dpid: int, port: int, counters: dict[str, int], duration: float,
-                 t: float | None = None) -> dict[str, Any] | None:
+    def add_port(
+        self, dpid: int, port: int, counters: dict[str, int], duration: float, t: float | None = None
+    ) -> dict[str, Any] | None:
         """One port's counters from a port-stats reply; returns the sample (None if unknown)."""
         if not self.known_port(dpid, port):
             return None
@@ -82,8 +101,15 @@ class StatsStore:
             self._append(sample)
         return sample
 
-    def add_queue(self, dpid: int, port: int, queue_id: int, counters: dict[str, int], duration: float,
-                  t: float | None = None) -> dict[str, Any] | None:
+    def add_queue(
+        self,
+        dpid: int,
+        port: int,
+        queue_id: int,
+        counters: dict[str, int],
+        duration: float,
+        t: float | None = None,
+    ) -> dict[str, Any] | None:
         """One queue's counters from a queue-stats reply (`drops` is OpenFlow's tx_errors)."""
         if not self.known_port(dpid, port):
             return None

@@ -60,8 +60,12 @@ def add_param_flags(p: argparse.ArgumentParser, cls: type, title: str, defaults:
         if isinstance(shown, tuple):
             shown = ",".join(map(str, shown)) if shown else "none"
         default_text = "none" if shown is None else shown
-        kw: dict[str, Any] = {"dest": _dest(fl), "default": None, "metavar": fl.metavar or fl.name.upper(),
-                              "help": f"{fl.help} (default: {default_text})".replace("%", "%%")}
+        kw: dict[str, Any] = {
+            "dest": _dest(fl),
+            "default": None,
+            "metavar": fl.metavar or fl.name.upper(),
+            "help": f"{fl.help} (default: {default_text})".replace("%", "%%"),
+        }
         if fl.choices:
             kw["choices"] = fl.choices
         if fl.repeat:
@@ -87,8 +91,11 @@ def given_params(args: argparse.Namespace, cls: type) -> dict[str, Any]:
 
 def config_from_args(args: argparse.Namespace, base: ExperimentConfig) -> ExperimentConfig:
     """The scenario's config with every flag given on the command line put over it, validated."""
-    cfg = base.overridden(given_params(args, FabricSpec), given_params(args, ControllerOptions),
-                          given_params(args, ExperimentConfig))
+    cfg = base.overridden(
+        given_params(args, FabricSpec),
+        given_params(args, ControllerOptions),
+        given_params(args, ExperimentConfig),
+    )
     cfg.validate()
     return cfg
 
@@ -126,8 +133,10 @@ def cmd_fabric(args: argparse.Namespace) -> int:
             say("fabric is up; Ctrl-C to take it down")
             while sess.controller.alive():
                 time.sleep(0.5)
-            raise UsageError(f"the controller died ({sess.controller.last_log_line() or 'no message'}); "
-                             "the fabric was taken down")
+            raise UsageError(
+                f"the controller died ({sess.controller.last_log_line() or 'no message'}); "
+                "the fabric was taken down"
+            )
     return 0
 
 
@@ -175,8 +184,15 @@ def cmd_experiment(args: argparse.Namespace) -> int:
     error: str | None = None
     code = 0
     try:
-        with fabric_session(cfg.plan(), cfg.controller, folder.path, record=folder.controller_record,
-                            progress=say, tcp=(cfg.cc, None), hosts=hosts.mounting(folder.path)) as sess:
+        with fabric_session(
+            cfg.plan(),
+            cfg.controller,
+            folder.path,
+            record=folder.controller_record,
+            progress=say,
+            tcp=(cfg.cc, None),
+            hosts=hosts.mounting(folder.path),
+        ) as sess:
             env = dataclasses.asdict(sess.environment())
             folder.write_config(cfg, scenario=str(scenario), environment=env)
             say(f"dashboard: {sess.controller.base}/")
@@ -238,15 +254,20 @@ def cmd_incast(args: argparse.Namespace) -> int:
         raise UsageError("--ps-host: the incast's receiver is --client")
     scenario = Path(args.scenario) if args.scenario else SCENARIO_DIR / "incast.json"
     base = load_incast_scenario(scenario)
-    cfg = base.overridden(given_params(args, FabricSpec), given_params(args, ControllerOptions),
-                          given_params(args, IncastConfig))
+    cfg = base.overridden(
+        given_params(args, FabricSpec),
+        given_params(args, ControllerOptions),
+        given_params(args, IncastConfig),
+    )
     cfg.validate()
-    return run(cfg, Path(args.results), lines_given=args.param_lines is not None, say=say,
-               scenario=str(scenario))
+    return run(
+        cfg, Path(args.results), lines_given=args.param_lines is not None, say=say, scenario=str(scenario)
+    )
 
 
 def _stage(module: str, func: str) -> Callable[[argparse.Namespace], int]:
     """A subcommand a later stage implements, imported only when it runs."""
+
     def run(args: argparse.Namespace) -> int:
         import importlib
 
@@ -258,9 +279,13 @@ def _stage(module: str, func: str) -> Callable[[argparse.Namespace], int]:
 # -- the tree ---------------------------------------------------------------------------------------
 def build_parser() -> Parser:
     """The argument parser of every subcommand."""
-    p = Parser(prog="incastlab", description=(
-        "Why the network is the bottleneck of distributed training: "
-        "PS vs ring all-reduce on an emulated leaf-spine fabric."))
+    p = Parser(
+        prog="incastlab",
+        description=(
+            "Why the network is the bottleneck of distributed training: "
+            "PS vs ring all-reduce on an emulated leaf-spine fabric."
+        ),
+    )
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=Parser)
 
     f = sub.add_parser("fabric", help="bring up the fabric + controller, check and calibrate it")
@@ -270,25 +295,37 @@ def build_parser() -> Parser:
     f.add_argument("--hold", action="store_true", help="keep the fabric up until Ctrl-C")
     f.add_argument("--no-calibrate", action="store_true", help="skip the link calibration")
     f.add_argument("--seconds", type=float, default=2.0, help="seconds per calibration flow (default: 2)")
-    f.add_argument("--workdir", default="results/fabric",
-                   help="where plan, logs and calibration go (default: results/fabric)")
+    f.add_argument(
+        "--workdir",
+        default="results/fabric",
+        help="where plan, logs and calibration go (default: results/fabric)",
+    )
     f.set_defaults(func=cmd_fabric)
 
     d = sub.add_parser("dashboard", help="bring up the fabric and serve the live dashboard until Ctrl-C")
     add_param_flags(d, FabricSpec, "fabric")
     add_param_flags(d, ControllerOptions, "controller")
-    d.add_argument("--workdir", default="results/dashboard", help="where plan and logs go "
-                   "(default: results/dashboard)")
+    d.add_argument(
+        "--workdir", default="results/dashboard", help="where plan and logs go (default: results/dashboard)"
+    )
     d.set_defaults(func=cmd_dashboard)
 
-    for name, text in (("compare", "the main job: PS vs ring all-reduce, report in results/latest"),
-                       ("straggler", "sync, async, SSP and backup workers with one straggler"),
-                       ("mitigate", "incast cures side by side: 1 ms minimum RTO, a PS sharded over 2 and 4 "
-                                    "hosts, the ring")):
+    for name, text in (
+        ("compare", "the main job: PS vs ring all-reduce, report in results/latest"),
+        ("straggler", "sync, async, SSP and backup workers with one straggler"),
+        (
+            "mitigate",
+            "incast cures side by side: 1 ms minimum RTO, a PS sharded over 2 and 4 hosts, the ring",
+        ),
+    ):
         scenario = SCENARIO_DIR / f"{name}.json"
         shown = load_scenario(scenario)
-        e = sub.add_parser(name, help=text, description=f"{text}. Defaults are those of {scenario.name}; "
-                           "any flag given overrides the scenario file.")
+        e = sub.add_parser(
+            name,
+            help=text,
+            description=f"{text}. Defaults are those of {scenario.name}; "
+            "any flag given overrides the scenario file.",
+        )
         add_param_flags(e, ExperimentConfig, "experiment", shown)
         add_param_flags(e, FabricSpec, "fabric", shown.fabric)
         add_param_flags(e, ControllerOptions, "controller", shown.controller)
@@ -298,12 +335,15 @@ def build_parser() -> Parser:
 
     job_scenario = SCENARIO_DIR / "job.json"
     shown_job = load_scenario(job_scenario)
-    j = sub.add_parser("job", help="your own PyTorch distributed training command, one container per "
-                       "worker host", description="Runs CMD in one container of IMAGE per worker host, its "
-                       "network the host's on the fabric, with the environment torchrun gives (RANK, "
-                       "WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT) and GLOO_SOCKET_IFNAME; captured, "
-                       "sampled and reported like the built-in strategies, its steps read off its traffic. "
-                       f"Defaults are those of {job_scenario.name}.")
+    j = sub.add_parser(
+        "job",
+        help="your own PyTorch distributed training command, one container per worker host",
+        description="Runs CMD in one container of IMAGE per worker host, its "
+        "network the host's on the fabric, with the environment torchrun gives (RANK, "
+        "WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT) and GLOO_SOCKET_IFNAME; captured, "
+        "sampled and reported like the built-in strategies, its steps read off its traffic. "
+        f"Defaults are those of {job_scenario.name}.",
+    )
     add_param_flags(j, ExperimentConfig, "experiment", shown_job)
     add_param_flags(j, FabricSpec, "fabric", shown_job.fabric)
     add_param_flags(j, ControllerOptions, "controller", shown_job.controller)
@@ -316,18 +356,25 @@ def build_parser() -> Parser:
 
     incast_scenario = SCENARIO_DIR / "incast.json"
     shown_incast = load_incast_scenario(incast_scenario)
-    n = sub.add_parser("incast", help="the incast curve: goodput against the number of senders, and its "
-                       "cures", description="The barrier-synchronised read of the incast papers on the "
-                       "fabric: one client asks N servers for a block each at once, R rounds, N swept, one "
-                       f"curve per cure. Defaults are those of {incast_scenario.name}; any flag given "
-                       "overrides it. --buffer is the client port's buffer.")
+    n = sub.add_parser(
+        "incast",
+        help="the incast curve: goodput against the number of senders, and its cures",
+        description="The barrier-synchronised read of the incast papers on the "
+        "fabric: one client asks N servers for a block each at once, R rounds, N swept, one "
+        f"curve per cure. Defaults are those of {incast_scenario.name}; any flag given "
+        "overrides it. --buffer is the client port's buffer.",
+    )
     add_param_flags(n, IncastConfig, "incast", shown_incast)
     add_param_flags(n, FabricSpec, "fabric", shown_incast.fabric)
     add_param_flags(n, ControllerOptions, "controller", shown_incast.controller)
     n.add_argument("--scenario", help=f"scenario file (default: the shipped {incast_scenario.name})")
     n.add_argument("--results", default="results", help="where run folders go (default: results/)")
-    n.add_argument("--rebuild", metavar="RUN", help="recompute incast.json and the report of a saved run "
-                   "folder from its files (no network, no root)")
+    n.add_argument(
+        "--rebuild",
+        metavar="RUN",
+        help="recompute incast.json and the report of a saved run "
+        "folder from its files (no network, no root)",
+    )
     n.set_defaults(func=cmd_incast)
 
     r = sub.add_parser("report", help="rebuild the report of a saved run folder")
@@ -336,8 +383,9 @@ def build_parser() -> Parser:
 
     from analysis.cli import ANALYZE_HELP, INSPECT_HELP, add_analyze_arguments, add_inspect_arguments
 
-    a = sub.add_parser("analyze", help="count retransmissions, timeouts, dup ACKs... of any pcap",
-                       description=ANALYZE_HELP)
+    a = sub.add_parser(
+        "analyze", help="count retransmissions, timeouts, dup ACKs... of any pcap", description=ANALYZE_HELP
+    )
     add_analyze_arguments(a)
     a.set_defaults(func=_stage("analysis.cli", "run_analyze"))
     i = sub.add_parser("inspect", help="print one flow's packets with what each is", description=INSPECT_HELP)
@@ -381,8 +429,17 @@ def _main(argv: list[str]) -> int:
         return int(exc.code or 0) if not isinstance(exc.code, str) else EXIT_USAGE
     try:
         return int(args.func(args) or 0)
-    except (ParamError, UsageError, SessionError, FabricError, ControllerError, HostTcpError,
-            AnalysisError, ContainerError, ImageError) as exc:
+    except (
+        ParamError,
+        UsageError,
+        SessionError,
+        FabricError,
+        ControllerError,
+        HostTcpError,
+        AnalysisError,
+        ContainerError,
+        ImageError,
+    ) as exc:
         print(f"incastlab {args.command}: {exc}", file=sys.stderr)
         return EXIT_USAGE
 

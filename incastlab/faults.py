@@ -21,9 +21,15 @@ from runmodel.records import FaultRecord, JsonlWriter
 class FaultInjector:
     """Fires due faults; `tick()` is called by the runner's follow loop."""
 
-    def __init__(self, faults: list[Fault], log: Path, kill_worker: Callable[[int], bool],
-                 controller: Any, say: Callable[[str], None],
-                 set_cpu: Callable[[str, float | None], None] | None = None) -> None:
+    def __init__(
+        self,
+        faults: list[Fault],
+        log: Path,
+        kill_worker: Callable[[int], bool],
+        controller: Any,
+        say: Callable[[str], None],
+        set_cpu: Callable[[str, float | None], None] | None = None,
+    ) -> None:
         self.faults = list(faults)
         self.fired: set[int] = set()
         self.log = JsonlWriter(log, truncate=False)
@@ -120,5 +126,9 @@ def _bind(fn: Callable[..., None], *args: Any) -> Callable[[], None]:
 
 def _link(ifname: str, up: bool) -> None:
     """Set a switch-side veth up or down (both ends see the carrier change)."""
-    subprocess.run(["ip", "link", "set", "dev", ifname, "up" if up else "down"], check=False,
-                   capture_output=True, timeout=10)
+    subprocess.run(
+        ["ip", "link", "set", "dev", ifname, "up" if up else "down"],
+        check=False,
+        capture_output=True,
+        timeout=10,
+    )

@@ -99,8 +99,14 @@ class Check:
 class Follower:
     """Judges a strategy's processes: finished, still going, or failed (raises ExperimentError)."""
 
-    def __init__(self, strategy: str, procs: list[Tracked], steps_done: Callable[[], dict[int, int]],
-                 carry_on_without_workers: bool = False, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        strategy: str,
+        procs: list[Tracked],
+        steps_done: Callable[[], dict[int, int]],
+        carry_on_without_workers: bool = False,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.strategy = strategy
         self.procs = procs
         self.steps_done = steps_done
@@ -137,6 +143,7 @@ class Follower:
                     result.new_losses.append(Loss(p, why, done.get(p.rank, 0)))
             failed = [(k, p, c) for k, p, c in failed if p.role != "worker" or p.rank not in self.lost]
         if failed:
+
             def cause(kpc: tuple[int, Tracked, int | None]) -> tuple[bool, float]:
                 k, p, _ = kpc
                 return (p.role != "worker" or p.rank not in self.killed, self.dead_since[k])

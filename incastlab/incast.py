@@ -190,8 +190,7 @@ class Servers:
             waiting = still
             if waiting and time.monotonic() > deadline:
                 raise PointError(
-                    f"servers not listening after {self.start_s:g} s: "
-                    f"{', '.join(s.host for s, _ in waiting)}"
+                    f"servers not listening after {self.start_s:g} s: {', '.join(s.host for s, _ in waiting)}"
                 )
             if waiting:
                 time.sleep(0.05)

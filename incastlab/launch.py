@@ -71,5 +71,7 @@ class Launcher:
         """Steps each worker has logged so far."""
         from runmodel.records import read_worker_log
 
-        return {rj.rank: len(read_worker_log(self.folder.worker_log(rj.rank), rj.rank).steps)
-                for rj in self.job.ranks}
+        return {
+            rj.rank: len(read_worker_log(self.folder.worker_log(rj.rank), rj.rank).steps)
+            for rj in self.job.ranks
+        }

@@ -54,24 +54,36 @@ def read_host_counters(name: str, pid: int) -> HostCounters:
     m = re.search(rf"{name}-eth0:\s*(\d+)(?:\s+\d+){{7}}\s+(\d+)", (base / "dev").read_text())
     if m:
         rx, tx = int(m.group(1)), int(m.group(2))
-    return HostCounters(tcp_retransmits=kernel.get("TcpRetransSegs", 0), tx_bytes=tx, rx_bytes=rx,
-                        kernel=kernel)
+    return HostCounters(
+        tcp_retransmits=kernel.get("TcpRetransSegs", 0), tx_bytes=tx, rx_bytes=rx, kernel=kernel
+    )
 
 
 def counter_deltas(before: HostCounters, after: HostCounters) -> HostCounters:
     """after - before; `kernel` keeps only the counters that moved (gauges such as TcpCurrEstab are
     differences too: read them as such)."""
-    kernel = {k: v - before.kernel.get(k, 0) for k, v in sorted(after.kernel.items())
-              if v - before.kernel.get(k, 0)}
-    return HostCounters(after.tcp_retransmits - before.tcp_retransmits, after.tx_bytes - before.tx_bytes,
-                        after.rx_bytes - before.rx_bytes, kernel)
+    kernel = {
+        k: v - before.kernel.get(k, 0) for k, v in sorted(after.kernel.items()) if v - before.kernel.get(k, 0)
+    }
+    return HostCounters(
+        after.tcp_retransmits - before.tcp_retransmits,
+        after.tx_bytes - before.tx_bytes,
+        after.rx_bytes - before.rx_bytes,
+        kernel,
+    )
 
 
 class Recorder:
     """Starts and stops the measurements of one strategy around its processes."""
 
-    def __init__(self, session: Any, cfg: ExperimentConfig, folder: StrategyFolder,
-                 participants: list[str], say: Callable[[str], None]) -> None:
+    def __init__(
+        self,
+        session: Any,
+        cfg: ExperimentConfig,
+        folder: StrategyFolder,
+        participants: list[str],
+        say: Callable[[str], None],
+    ) -> None:
         self.s = session
         self.cfg = cfg
         self.folder = folder
@@ -90,8 +102,9 @@ class Recorder:
         self.before = self._counters()
         ps_port = self.s.plan.ps_port.name
         ports = [ps_port] + sorted(p.name for p in self.s.plan.switch_ports() if p.name != ps_port)
-        self.sampler = QueueSampler(ports, self.folder.queue_depth_file,
-                                    interval=self.cfg.queue_sample_ms / 1000.0)
+        self.sampler = QueueSampler(
+            ports, self.folder.queue_depth_file, interval=self.cfg.queue_sample_ms / 1000.0
+        )
         self.sampler.start()
         self.cpu = CpuSampler(self.folder.cpu_file)
         self.cpu.start()
@@ -101,8 +114,11 @@ class Recorder:
         points = [CapturePoint("ps-port", ps_port, self.folder.pcap("ps-port"))]
         if self.cfg.capture == "all":
             for h in self.participants:
-                points.append(CapturePoint(h, self.s.plan.host(h).nic, self.folder.pcap(h),
-                                           popen=self.s.fabric.host(h).popen))
+                points.append(
+                    CapturePoint(
+                        h, self.s.plan.host(h).nic, self.folder.pcap(h), popen=self.s.fabric.host(h).popen
+                    )
+                )
         self.captures = PcapCapture(points, snaplen=self.cfg.snaplen, base_dir=self.folder.path)
         self.captures.start()
 
@@ -114,8 +130,10 @@ class Recorder:
             self.cpu = None
         try:
             after = self._counters()
-            write_json(self.folder.hosts_file, {h: counter_deltas(self.before[h], after[h]).to_dict()
-                                                for h in after if h in self.before})
+            write_json(
+                self.folder.hosts_file,
+                {h: counter_deltas(self.before[h], after[h]).to_dict() for h in after if h in self.before},
+            )
         except Exception as exc:  # noqa: BLE001 - a dead host must not lose the other records
             self.say(f"{self.folder.name}: could not read host counters: {exc}")
         self._save_controller_samples(t_start - 3 * self.cfg.controller.interval)

@@ -30,8 +30,15 @@ POLL_S = 0.5
 class StrategyRun:
     """One strategy's processes, measurements and records in <run>/<strategy>/."""
 
-    def __init__(self, session: Session, cfg: ExperimentConfig, spec: StrategySpec, folder: StrategyFolder,
-                 index: int, say: Callable[[str], None]) -> None:
+    def __init__(
+        self,
+        session: Session,
+        cfg: ExperimentConfig,
+        spec: StrategySpec,
+        folder: StrategyFolder,
+        index: int,
+        say: Callable[[str], None],
+    ) -> None:
         self.s = session
         self.cfg = cfg
         self.spec = spec
@@ -68,14 +75,18 @@ class StrategyRun:
             if self.injector is not None:
                 self.injector.tick(check.done)
             for loss in check.new_losses:
-                self.say(f"{self.strategy}: {loss.proc.label} {loss.why} at step {loss.step}; "
-                         f"training goes on with {self.cfg.n_workers - len(self.follower.lost)} workers")
+                self.say(
+                    f"{self.strategy}: {loss.proc.label} {loss.why} at step {loss.step}; "
+                    f"training goes on with {self.cfg.n_workers - len(self.follower.lost)} workers"
+                )
             if self.spec.kind == JOB:
                 if shown is None and self.launcher.running():  # type: ignore[union-attr]
                     # its steps are known only afterwards, from its traffic
                     shown = (0, 0)
-                    self.say(f"{self.strategy}: {self.cfg.n_workers} containers running `"
-                             f"{' '.join(self.cfg.job_command)}`")
+                    self.say(
+                        f"{self.strategy}: {self.cfg.n_workers} containers running `"
+                        f"{' '.join(self.cfg.job_command)}`"
+                    )
                     self._phase(state="running", step=0, fastest=0)
             elif check.done and (check.slowest, check.fastest) != shown:
                 shown = (check.slowest, check.fastest)
@@ -85,8 +96,10 @@ class StrategyRun:
             if check.finished:
                 return
             if time.monotonic() > deadline:
-                raise ExperimentError(f"{self.strategy}: not finished after {self.cfg.run_timeout:.0f} s "
-                                      f"(workers at steps {check.done})")
+                raise ExperimentError(
+                    f"{self.strategy}: not finished after {self.cfg.run_timeout:.0f} s "
+                    f"(workers at steps {check.done})"
+                )
             time.sleep(POLL_S)
 
     def _job_steps(self) -> None:
@@ -119,12 +132,22 @@ class StrategyRun:
             t_start = time.time()
             faults = self.cfg.parsed_faults()
             if faults:
-                self.injector = FaultInjector(faults, self.folder.faults_file, self._kill_worker,
-                                              self.s.controller, self.say, set_cpu=self.s.fabric.set_cpu)
+                self.injector = FaultInjector(
+                    faults,
+                    self.folder.faults_file,
+                    self._kill_worker,
+                    self.s.controller,
+                    self.say,
+                    set_cpu=self.s.fabric.set_cpu,
+                )
                 self.injector.start()
             procs = self.launcher.start()
-            self.follower = Follower(self.strategy, procs, self.launcher.steps_done,
-                                     carry_on_without_workers=self.spec.kind == "async")
+            self.follower = Follower(
+                self.strategy,
+                procs,
+                self.launcher.steps_done,
+                carry_on_without_workers=self.spec.kind == "async",
+            )
             self._follow()
             state = "complete"
         except ExperimentError as exc:
@@ -153,8 +176,9 @@ class StrategyRun:
         return status
 
 
-def run_experiment(session: Session, cfg: ExperimentConfig, folder: RunFolder,
-                   say: Callable[[str], None]) -> dict[str, Status]:
+def run_experiment(
+    session: Session, cfg: ExperimentConfig, folder: RunFolder, say: Callable[[str], None]
+) -> dict[str, Status]:
     """Every strategy of the config, one after the other; returns how each ended.
 
     A failing strategy ends the experiment (its ExperimentError propagates) after its records are

@@ -106,15 +106,18 @@ def preflight(cc: str | None = None, rto_min_ms: float | None = None) -> None:
     ensure_ovs()
     left = find_leftovers()
     if not left.empty():
-        raise SessionError(f"leftovers of an earlier run: {left.describe()}; "
-                           f"remove them with `sudo incastlab clean` (make clean-net)")
+        raise SessionError(
+            f"leftovers of an earlier run: {left.describe()}; "
+            f"remove them with `sudo incastlab clean` (make clean-net)"
+        )
 
 
 class Session:
     """The running parts of one session: the fabric and its controller."""
 
-    def __init__(self, fabric: Fabric, controller: ControllerProcess,
-                 tcp: tuple[str, float | None] | None = None) -> None:
+    def __init__(
+        self, fabric: Fabric, controller: ControllerProcess, tcp: tuple[str, float | None] | None = None
+    ) -> None:
         self.fabric = fabric
         self.controller = controller
         self.tcp = tcp  # the session's TCP settings (congestion control, minimum RTO or None)
@@ -132,8 +135,10 @@ class Session:
 
     def host_tcp(self) -> dict[str, Any]:
         """Every host's congestion control and minimum RTO as its kernel reports them now."""
-        return {name: dataclasses.asdict(hosttcp.read(self.fabric.host(name).shell.pid))
-                for name in self.plan.host_names}
+        return {
+            name: dataclasses.asdict(hosttcp.read(self.fabric.host(name).shell.pid))
+            for name in self.plan.host_names
+        }
 
     def restore_tcp(self, rto_changed: bool) -> None:
         """Back to the session's own TCP settings (after a variant that ran with its own)."""
@@ -147,11 +152,18 @@ class Session:
         tcp = hosttcp.read(self.fabric.host(self.plan.host_names[0]).shell.pid)
         rt = self.fabric.hosts_runtime
         return RunEnvironment(
-            datapath=self.fabric.datapath, kernel=platform.release(), cores=os.cpu_count() or 1,
-            cc=tcp.cc, rto_min_ms=tcp.rto_min_ms if tcp.rto_min_ms is not None else 200.0,
-            virtualisation=detect_virtualisation(), python=platform.python_version(),
-            torch=_version("torch"), runtime=self.fabric.runtime, runtime_why=rt.why,
-            image=",".join(sorted(set(rt.images.values()))) if self.fabric.runtime == "docker" else "")
+            datapath=self.fabric.datapath,
+            kernel=platform.release(),
+            cores=os.cpu_count() or 1,
+            cc=tcp.cc,
+            rto_min_ms=tcp.rto_min_ms if tcp.rto_min_ms is not None else 200.0,
+            virtualisation=detect_virtualisation(),
+            python=platform.python_version(),
+            torch=_version("torch"),
+            runtime=self.fabric.runtime,
+            runtime_why=rt.why,
+            image=",".join(sorted(set(rt.images.values()))) if self.fabric.runtime == "docker" else "",
+        )
 
 
 def _version(package: str) -> str:
@@ -164,8 +176,9 @@ def _version(package: str) -> str:
 def detect_virtualisation() -> str:
     """tcg (QEMU's software emulator), kvm or another hypervisor's name, or none."""
     try:
-        out = subprocess.run(["systemd-detect-virt"], capture_output=True, text=True,
-                             timeout=5).stdout.strip()
+        out = subprocess.run(
+            ["systemd-detect-virt"], capture_output=True, text=True, timeout=5
+        ).stdout.strip()
     except (FileNotFoundError, subprocess.TimeoutExpired):
         out = ""
     if out == "qemu":  # systemd says kvm when KVM accelerates QEMU: plain qemu is the software emulator
@@ -182,9 +195,14 @@ def detect_virtualisation() -> str:
     return "tcg" if "QEMU" in model else "vm"
 
 
-def host_runtime(plan: Plan, workdir: Path, stragglers: tuple[Straggler, ...] = (),
-                 say: Callable[[str], None] | None = None, images: dict[str, str] | None = None,
-                 keepalive: tuple[str, ...] | None = None) -> HostRuntime:
+def host_runtime(
+    plan: Plan,
+    workdir: Path,
+    stragglers: tuple[Straggler, ...] = (),
+    say: Callable[[str], None] | None = None,
+    images: dict[str, str] | None = None,
+    keepalive: tuple[str, ...] | None = None,
+) -> HostRuntime:
     """What the fabric's hosts will be (the plan's `runtime`, `auto` resolved), said in one line.
 
     docker: every host a container of the worker image (or `images`: host -> image, the other hosts
@@ -198,8 +216,10 @@ def host_runtime(plan: Plan, workdir: Path, stragglers: tuple[Straggler, ...] = 
     if runtime == "netns":
         for st in stragglers:
             if st.docker_only:
-                raise ParamError(f"stragglers: {st.host}: {', '.join(st.docker_only)} need --runtime docker "
-                                 f"(the hosts are namespaces here: {why})")
+                raise ParamError(
+                    f"stragglers: {st.host}: {', '.join(st.docker_only)} need --runtime docker "
+                    f"(the hosts are namespaces here: {why})"
+                )
         return HostRuntime("netns", why)
     cores = os.cpu_count() or 1
     limits: dict[str, Limits] = {}
@@ -207,15 +227,26 @@ def host_runtime(plan: Plan, workdir: Path, stragglers: tuple[Straggler, ...] = 
         st = next((s for s in stragglers if s.host == host.name), None)
         cpuset = st.cpuset if st else None
         if cpuset is not None and max(int(c) for c in cpuset.split("-")) >= cores:
-            raise ParamError(f"stragglers: {host.name}: cpuset {cpuset} names a core this machine lacks "
-                             f"(cores 0-{cores - 1})")
-        lim = Limits(cpus=cpus_for_share(host.cpu) if host.cpu is not None else None, cpuset=cpuset,
-                     memory_mb=st.mem_mb if st else None)
+            raise ParamError(
+                f"stragglers: {host.name}: cpuset {cpuset} names a core this machine lacks "
+                f"(cores 0-{cores - 1})"
+            )
+        lim = Limits(
+            cpus=cpus_for_share(host.cpu) if host.cpu is not None else None,
+            cpuset=cpuset,
+            memory_mb=st.mem_mb if st else None,
+        )
         if lim != Limits():
             limits[host.name] = lim
     chosen = images if images is not None else {h: WORKER_IMAGE for h in plan.host_names}
-    return HostRuntime("docker", why, images=chosen, limits=limits, mounts=(str(Path(workdir).resolve()),),
-                       keepalive=keepalive or HostRuntime().keepalive)
+    return HostRuntime(
+        "docker",
+        why,
+        images=chosen,
+        limits=limits,
+        mounts=(str(Path(workdir).resolve()),),
+        keepalive=keepalive or HostRuntime().keepalive,
+    )
 
 
 def runtime_for(cfg: ExperimentConfig, workdir: Path, say: Callable[[str], None]) -> HostRuntime:
@@ -226,22 +257,32 @@ def runtime_for(cfg: ExperimentConfig, workdir: Path, say: Callable[[str], None]
     hosts = host_runtime(plan, workdir, cfg.stragglers, say=say)
     if any(spec.kind == JOB for spec in cfg.strategy_specs):
         if hosts.runtime != "docker":
-            raise ContainerError(f"job: its containers join the hosts' containers, and the hosts cannot be "
-                                 f"containers here: {hosts.why}")
+            raise ContainerError(
+                f"job: its containers join the hosts' containers, and the hosts cannot be "
+                f"containers here: {hosts.why}"
+            )
         check_image(cfg.job_image)
     if hosts.runtime == "netns":
         for f in cfg.parsed_faults():
             if f.kind == "cpu" and plan.host(f.host).cpu is None:
-                raise ParamError(f"fault cpu:{f.target}: {f.host} is a namespace without a CPU limit here "
-                                 f"({hosts.why}); give it a cpu straggler or use --runtime docker")
+                raise ParamError(
+                    f"fault cpu:{f.target}: {f.host} is a namespace without a CPU limit here "
+                    f"({hosts.why}); give it a cpu straggler or use --runtime docker"
+                )
     return hosts
 
 
 @contextmanager
-def fabric_session(plan: Plan, options: ControllerOptions, workdir: Path, record: Path | None = None,
-                   progress: Callable[[str], None] | None = None, ping: bool = True,
-                   tcp: tuple[str, float | None] | None = None,
-                   hosts: HostRuntime | None = None) -> Iterator[Session]:
+def fabric_session(
+    plan: Plan,
+    options: ControllerOptions,
+    workdir: Path,
+    record: Path | None = None,
+    progress: Callable[[str], None] | None = None,
+    ping: bool = True,
+    tcp: tuple[str, float | None] | None = None,
+    hosts: HostRuntime | None = None,
+) -> Iterator[Session]:
     """Start the controller, then the fabric; check reachability; tear both down on any exit.
 
     tcp: (congestion control, minimum RTO in ms or None) to set in every host before the ping.
@@ -259,14 +300,19 @@ def fabric_session(plan: Plan, options: ControllerOptions, workdir: Path, record
         say(f"starting controller (OpenFlow {options.of_host}:{options.of_port}, API {controller.base})")
         controller.start()
         spec = plan.spec
-        say(f"building fabric: {spec.spines} spines x {spec.leaves} leaves x {spec.hosts_per_leaf} hosts, "
+        say(
+            f"building fabric: {spec.spines} spines x {spec.leaves} leaves x {spec.hosts_per_leaf} hosts, "
             f"{spec.host_mbit:g} Mbit/s host links, {spec.uplink_mbit:g} Mbit/s uplinks, "
-            f"{spec.buffer_pkts}-packet port buffers")
+            f"{spec.buffer_pkts}-packet port buffers"
+        )
         t0 = time.monotonic()
         fabric.start()
         fabric.wait_connected()
-        hosts_kind = (f"hosts in {len(fabric.containers.containers)} containers" if fabric.containers
-                      else "hosts in namespaces")
+        hosts_kind = (
+            f"hosts in {len(fabric.containers.containers)} containers"
+            if fabric.containers
+            else "hosts in namespaces"
+        )
         say(f"fabric up in {time.monotonic() - t0:.1f} s ({fabric.datapath} datapath, {hosts_kind})")
         sess = Session(fabric, controller, tcp)
         if tcp is not None:

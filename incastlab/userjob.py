@@ -44,12 +44,23 @@ def job_container(host: str) -> str:
 def torchrun_env(job: JobSpec, rank: int, run_id: str) -> dict[str, str]:
     """What torchrun sets for a node with one process, plus the interface gloo must use."""
     rj = job.rank(rank)
-    return {"RANK": str(rank), "WORLD_SIZE": str(job.world), "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1",
-            "GROUP_RANK": str(rank), "GROUP_WORLD_SIZE": str(job.world), "ROLE_RANK": str(rank),
-            "ROLE_WORLD_SIZE": str(job.world), "ROLE_NAME": "default", "MASTER_ADDR": job.master_addr,
-            "MASTER_PORT": str(job.master_port), "TORCHELASTIC_RUN_ID": run_id,
-            "TORCHELASTIC_RESTART_COUNT": "0", "TORCHELASTIC_MAX_RESTARTS": "0",
-            "GLOO_SOCKET_IFNAME": rj.ifname}
+    return {
+        "RANK": str(rank),
+        "WORLD_SIZE": str(job.world),
+        "LOCAL_RANK": "0",
+        "LOCAL_WORLD_SIZE": "1",
+        "GROUP_RANK": str(rank),
+        "GROUP_WORLD_SIZE": str(job.world),
+        "ROLE_RANK": str(rank),
+        "ROLE_WORLD_SIZE": str(job.world),
+        "ROLE_NAME": "default",
+        "MASTER_ADDR": job.master_addr,
+        "MASTER_PORT": str(job.master_port),
+        "TORCHELASTIC_RUN_ID": run_id,
+        "TORCHELASTIC_RESTART_COUNT": "0",
+        "TORCHELASTIC_MAX_RESTARTS": "0",
+        "GLOO_SOCKET_IFNAME": rj.ifname,
+    }
 
 
 def copy_lines(pipe: IO[bytes], out: Path, step_lines: Path) -> None:
@@ -68,8 +79,11 @@ def copy_lines(pipe: IO[bytes], out: Path, step_lines: Path) -> None:
                 if m:
                     said.write(StepLine(int(m.group(1)), t))
     except OSError as exc:  # the run folder took no more: drain the pipe, or the job blocks on a full one
-        print(f"incastlab: {out.name}: {exc.strerror or exc}; the rest of the job's output is not kept",
-              file=sys.stderr, flush=True)
+        print(
+            f"incastlab: {out.name}: {exc.strerror or exc}; the rest of the job's output is not kept",
+            file=sys.stderr,
+            flush=True,
+        )
         for _ in iter(pipe.readline, b""):
             pass
     finally:
@@ -84,8 +98,12 @@ class JobProc:
         self.name = name
         self.client = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=stderr)
         assert self.client.stdout is not None
-        self.copier = threading.Thread(target=copy_lines, args=(self.client.stdout, stdout, step_lines),
-                                       name=f"stdout-{name}", daemon=True)
+        self.copier = threading.Thread(
+            target=copy_lines,
+            args=(self.client.stdout, stdout, step_lines),
+            name=f"stdout-{name}",
+            daemon=True,
+        )
         self.copier.start()
 
     def poll(self) -> int | None:
@@ -132,11 +150,26 @@ class JobLauncher:
         if host_box is None:
             raise RuntimeError(f"{rj.host} is no container: a job needs the docker runtime")
         run = host_box.run
-        args = [docker_bin() or "docker", "run", "--rm", "--name", job_container(rj.host),
-                "--network", f"container:{host_box.name}", "--label", f"{RUN_LABEL}={run}",
-                "--label", f"{HOST_LABEL}={rj.host}", "-e", f"{MARKER}={run}",
-                "-e", f"INCASTLAB_OUT={self.folder.path}", "-e", "PYTHONUNBUFFERED=1",
-                *host_box.limits.docker_args()]
+        args = [
+            docker_bin() or "docker",
+            "run",
+            "--rm",
+            "--name",
+            job_container(rj.host),
+            "--network",
+            f"container:{host_box.name}",
+            "--label",
+            f"{RUN_LABEL}={run}",
+            "--label",
+            f"{HOST_LABEL}={rj.host}",
+            "-e",
+            f"{MARKER}={run}",
+            "-e",
+            f"INCASTLAB_OUT={self.folder.path}",
+            "-e",
+            "PYTHONUNBUFFERED=1",
+            *host_box.limits.docker_args(),
+        ]
         for k, v in torchrun_env(self.job, rank, f"incastlab-{self.folder.name}").items():
             args += ["-e", f"{k}={v}"]
         for m in host_box.mounts:
@@ -150,16 +183,26 @@ class JobLauncher:
             err = self.folder.worker_stderr(rj.rank)
             name = job_container(rj.host)
             with open(err, "wb") as ferr:
-                proc = JobProc(self.run_args(rj.rank), name, self.folder.worker_stdout(rj.rank),
-                               self.folder.step_lines(rj.rank), ferr)
+                proc = JobProc(
+                    self.run_args(rj.rank),
+                    name,
+                    self.folder.worker_stdout(rj.rank),
+                    self.folder.step_lines(rj.rank),
+                    ferr,
+                )
             self.popens.append(proc)
             self.procs.append(Tracked("worker", rj.rank, rj.host, proc, err, container=name))
         return self.procs
 
     def running(self) -> bool:
         """True once docker lists every rank's container (`docker run` returns before it exists)."""
-        proc = subprocess.run([docker_bin() or "docker", "ps", "--format", "{{.Names}}"], capture_output=True,
-                              text=True, timeout=30, check=False)
+        proc = subprocess.run(
+            [docker_bin() or "docker", "ps", "--format", "{{.Names}}"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
         listed = set(proc.stdout.split())
         return all(p.name in listed for p in self.popens)
 
@@ -206,17 +249,35 @@ class JobLauncher:
             except OSError:
                 outs.append("")
         said = [n for n in map(steps_from_output, outs) if n]  # a script that prints a line a step
-        lines = [[(sl.step, sl.t) for sl in read_step_lines(self.folder.step_lines(rj.rank))]
-                 for rj in self.job.ranks]
-        every = steps_of_job([(self.folder.pcap(rj.host), plan.host(rj.host).ip) for rj in self.job.ranks],
-                             n_steps=max(said, key=said.count) if said else None, step_lines=lines)
+        lines = [
+            [(sl.step, sl.t) for sl in read_step_lines(self.folder.step_lines(rj.rank))]
+            for rj in self.job.ranks
+        ]
+        every = steps_of_job(
+            [(self.folder.pcap(rj.host), plan.host(rj.host).ip) for rj in self.job.ranks],
+            n_steps=max(said, key=said.count) if said else None,
+            step_lines=lines,
+        )
         for rj, steps, out in zip(self.job.ranks, every, outs, strict=True):
             losses = losses_from_output(out)
             with JsonlWriter(self.folder.worker_log(rj.rank)) as log:
                 for st in steps:
-                    log.write(StepRecord(rj.rank, self.job.strategy, st.step, st.t_start, st.t_end,
-                                         st.compute_s, st.comm_s, 0.0, st.bytes_sent, st.bytes_recv,
-                                         loss_for(st.step, losses), 0))
+                    log.write(
+                        StepRecord(
+                            rj.rank,
+                            self.job.strategy,
+                            st.step,
+                            st.t_start,
+                            st.t_end,
+                            st.compute_s,
+                            st.comm_s,
+                            0.0,
+                            st.bytes_sent,
+                            st.bytes_recv,
+                            loss_for(st.step, losses),
+                            0,
+                        )
+                    )
                 log.write(WorkerDone(rj.rank, len(steps)))
             found[rj.rank] = len(steps)
         return found

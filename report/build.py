@@ -13,12 +13,17 @@ from report.run import RunView
 from report.sections import CALLOUTS, SECTIONS, facts
 
 
-def build_document(run: RunView,
-                   sections: list[Callable[[RunView], Section | None]] | None = None,
-                   callouts: list[Callable[[RunView], Callout | None]] | None = None) -> Document:
+def build_document(
+    run: RunView,
+    sections: list[Callable[[RunView], Section | None]] | None = None,
+    callouts: list[Callable[[RunView], Callout | None]] | None = None,
+) -> Document:
     """The page of a run: every callout and section function that has something to say."""
-    doc = Document(title=f"incastlab report: {run.folder.path.name}",
-                   status="complete" if run.summary.complete else "incomplete", facts=facts(run))
+    doc = Document(
+        title=f"incastlab report: {run.folder.path.name}",
+        status="complete" if run.summary.complete else "incomplete",
+        facts=facts(run),
+    )
     for make in CALLOUTS if callouts is None else callouts:
         if (c := make(run)) is not None:
             doc.callouts.append(c)
@@ -57,14 +62,25 @@ def build_report(run_dir: Path | str) -> dict[str, Any]:
     files = write_document(doc, run)
     found = doc.section("Findings")
     return {
-        "run_dir": run.folder.path, "files": files, "complete": run.summary.complete,
-        "summary_rebuilt": run.rebuilt, "ps_port": run.ps_port, "strategies": list(run.strategies),
-        "straggler": run.has_stragglers, "sections": [s.title for s in doc.sections],
+        "run_dir": run.folder.path,
+        "files": files,
+        "complete": run.summary.complete,
+        "summary_rebuilt": run.rebuilt,
+        "ps_port": run.ps_port,
+        "strategies": list(run.strategies),
+        "straggler": run.has_stragglers,
+        "sections": [s.title for s in doc.sections],
         "callouts": [{"title": c.title, "tone": c.tone, "items": c.items} for c in doc.callouts],
         "findings": [i for b in (found.blocks if found else []) for i in getattr(b, "items", [])],
-        "tables": {t.key: {"heading": t.heading, "label_header": t.label_header,
-                           "headers": [c.header for c in t.columns],
-                           "rows": {r.label: r.cells for r in t.rows}, "values": t.values}
-                   for t in doc.tables()},
+        "tables": {
+            t.key: {
+                "heading": t.heading,
+                "label_header": t.label_header,
+                "headers": [c.header for c in t.columns],
+                "rows": {r.label: r.cells for r in t.rows},
+                "values": t.values,
+            }
+            for t in doc.tables()
+        },
         "figures": {f.key: f.data for f in doc.figures()},
     }

@@ -82,8 +82,10 @@ class Table:
         self.key = self.key or slug(self.heading)
         for row in self.rows:
             if len(row.cells) != len(self.columns):
-                raise ValueError(f"table {self.heading!r}: row {row.label!r} has {len(row.cells)} cells "
-                                 f"for {len(self.columns)} columns")
+                raise ValueError(
+                    f"table {self.heading!r}: row {row.label!r} has {len(row.cells)} cells "
+                    f"for {len(self.columns)} columns"
+                )
 
     def cell(self, label: str, header: str) -> str:
         """The text of one cell (KeyError when there is no such row or column)."""

@@ -36,8 +36,11 @@ figcaption{color:#444;font-size:.88em;margin-top:.3em;max-width:62em}
 .callout li{margin:.15em 0}
 """
 TEXT_CELL, BAD_ROW, NOTE = " class='text'", " class='bad'", " class='note'"
-SHY = {"retransmissions": "retrans&shy;missions", "retransmits": "retrans&shy;mits",
-       "utilisation": "utili&shy;sation"}  # long header words, where they may break
+SHY = {
+    "retransmissions": "retrans&shy;missions",
+    "retransmits": "retrans&shy;mits",
+    "utilisation": "utili&shy;sation",
+}  # long header words, where they may break
 
 
 def _head(text: str) -> str:
@@ -52,27 +55,36 @@ def _label(text: str) -> str:
 
 def _table(t: Table) -> str:
     head = f"<th>{escape(t.label_header)}</th>" + "".join(
-        f"<th title='{escape(c.doc, quote=True)}'>{_head(c.header)}</th>" for c in t.columns)
+        f"<th title='{escape(c.doc, quote=True)}'>{_head(c.header)}</th>" for c in t.columns
+    )
     body = []
     for r in t.rows:
-        cells = "".join(f"<td{'' if c.numeric else TEXT_CELL}>{escape(v)}</td>"
-                        for c, v in zip(t.columns, r.cells, strict=True))
+        cells = "".join(
+            f"<td{'' if c.numeric else TEXT_CELL}>{escape(v)}</td>"
+            for c, v in zip(t.columns, r.cells, strict=True)
+        )
         body.append(f"<tr{BAD_ROW if r.bad else ''}><th>{_label(r.label)}</th>{cells}</tr>")
-    out = [f"<h3 id='table-{t.key}'>{escape(t.heading)}</h3>",
-           f"<table id='{t.key}'><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"]
+    out = [
+        f"<h3 id='table-{t.key}'>{escape(t.heading)}</h3>",
+        f"<table id='{t.key}'><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>",
+    ]
     out += [f"<p class='note'>{escape(n)}</p>" for n in t.notes]
     docs = [c for c in t.columns if c.doc]
     if docs:
-        out.append("<details><summary>What the columns mean</summary><dl>"
-                   + "".join(f"<dt>{escape(c.header)}</dt><dd>{escape(c.doc)}</dd>" for c in docs)
-                   + "</dl></details>")
+        out.append(
+            "<details><summary>What the columns mean</summary><dl>"
+            + "".join(f"<dt>{escape(c.header)}</dt><dd>{escape(c.doc)}</dd>" for c in docs)
+            + "</dl></details>"
+        )
     return "\n".join(out)
 
 
 def _figure(f: Figure) -> str:
     b64 = base64.b64encode(f.png).decode("ascii")
-    return (f"<figure id='fig-{f.key}'><img alt='{escape(f.title, quote=True)}' "
-            f"src='data:image/png;base64,{b64}'><figcaption>{escape(f.caption)}</figcaption></figure>")
+    return (
+        f"<figure id='fig-{f.key}'><img alt='{escape(f.title, quote=True)}' "
+        f"src='data:image/png;base64,{b64}'><figcaption>{escape(f.caption)}</figcaption></figure>"
+    )
 
 
 def _callout(c: Callout) -> str:
@@ -104,10 +116,13 @@ def _section(s: Section) -> str:
 def render_html(doc: Document) -> str:
     """The page."""
     status = "complete" if doc.status == "complete" else "incomplete"
-    parts = ["<!DOCTYPE html>", "<html lang='en'><head><meta charset='utf-8'>",
-             "<meta name='viewport' content='width=device-width, initial-scale=1'>",
-             f"<title>{escape(doc.title)}</title><style>{CSS}</style></head><body>",
-             f"<h1>{escape(doc.title)} <span class='status {status}'>{status.upper()}</span></h1>"]
+    parts = [
+        "<!DOCTYPE html>",
+        "<html lang='en'><head><meta charset='utf-8'>",
+        "<meta name='viewport' content='width=device-width, initial-scale=1'>",
+        f"<title>{escape(doc.title)}</title><style>{CSS}</style></head><body>",
+        f"<h1>{escape(doc.title)} <span class='status {status}'>{status.upper()}</span></h1>",
+    ]
     if doc.facts:
         parts.append(f"<p class='facts'>{escape(' · '.join(doc.facts))}</p>")
     parts += [_callout(c) for c in doc.callouts]

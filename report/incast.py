@@ -61,8 +61,7 @@ def curve_figure(result: IncastResult) -> tuple[Any, dict[str, Any]]:
                 zorder=4,
             )
         per_round = [
-            (r.timer_waits or 0) / r.rounds if r.rounds and r.timer_waits is not None else None
-            for r in rows
+            (r.timer_waits or 0) / r.rounds if r.rounds and r.timer_waits is not None else None for r in rows
         ]
         low.plot(
             xs,

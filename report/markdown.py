@@ -10,9 +10,12 @@ def _cell(text: str) -> str:
 
 
 def _table(t: Table) -> list[str]:
-    out = [f"### {t.heading}", "",
-           "| " + " | ".join(_cell(h) for h in [t.label_header, *(c.header for c in t.columns)]) + " |",
-           "|---|" + "".join("---:|" if c.numeric else "---|" for c in t.columns)]
+    out = [
+        f"### {t.heading}",
+        "",
+        "| " + " | ".join(_cell(h) for h in [t.label_header, *(c.header for c in t.columns)]) + " |",
+        "|---|" + "".join("---:|" if c.numeric else "---|" for c in t.columns),
+    ]
     out += ["| " + " | ".join(_cell(v) for v in [r.label, *r.cells]) + " |" for r in t.rows]
     for n in t.notes:
         out += ["", n]

@@ -174,8 +174,11 @@ class RunView:
         doc = folder.summary_doc()
         rebuilt = None
         if doc is None:
-            rebuilt = "summary.json was missing" if not folder.summary_file.exists() else \
-                "summary.json was unreadable"
+            rebuilt = (
+                "summary.json was missing"
+                if not folder.summary_file.exists()
+                else "summary.json was unreadable"
+            )
         elif int(doc.get("schema") or 1) != SCHEMA:
             rebuilt = f"summary.json was of schema {doc.get('schema') or 1}, not {SCHEMA}"
         summary = summarize(folder) if rebuilt else RunSummary.from_dict(doc or {})

@@ -58,8 +58,14 @@ class Col:
     """A column of a summary table: its header, the summary field it shows (the first of `keys` that
     StrategySummary has: fields get renamed), how it is formatted."""
 
-    def __init__(self, header: str, keys: str | tuple[str, ...], kind: str = "int",
-                 text: Callable[[StrategySummary], str] | None = None, doc: str = "") -> None:
+    def __init__(
+        self,
+        header: str,
+        keys: str | tuple[str, ...],
+        kind: str = "int",
+        text: Callable[[StrategySummary], str] | None = None,
+        doc: str = "",
+    ) -> None:
         names = (keys,) if isinstance(keys, str) else keys
         self.key = next((k for k in names if k in DOCS), "")
         self.header, self.kind, self._text = header, kind, text
@@ -122,15 +128,27 @@ TIMING_COLUMNS = [
 QUEUE_COLUMNS = [
     Col("queue drops, all ports", "queue_drops_total"),
     Col("PS-port drops", "ps_port_drops"),
-    Col("most drops at one port", "max_port_drops", text=_max_port,
-        doc=DOCS["max_port_drops"] + "; in brackets: " + DOCS["max_drop_port"]),
+    Col(
+        "most drops at one port",
+        "max_port_drops",
+        text=_max_port,
+        doc=DOCS["max_port_drops"] + "; in brackets: " + DOCS["max_drop_port"],
+    ),
     Col("lost in the fabric (pcap)", "fabric_drops_pcap"),
     Col("lost before the PS port (pcap)", "drops_on_path_to_ps_pcap"),
-    Col("busiest link utilisation", "busiest_link_utilisation", text=_busiest_util,
+    Col(
+        "busiest link utilisation",
+        "busiest_link_utilisation",
+        text=_busiest_util,
         doc=DOCS.get("busiest_link_utilisation", "") + "; in brackets: that link direction (the highest of "
-        "link_utilisation: " + DOCS.get("link_utilisation", "") + ")"),
-    Col("busiest link, share of all link bytes", "max_link_share", text=_busiest,
-        doc=DOCS["max_link_share"] + "; in brackets: " + DOCS["busiest_link"]),
+        "link_utilisation: " + DOCS.get("link_utilisation", "") + ")",
+    ),
+    Col(
+        "busiest link, share of all link bytes",
+        "max_link_share",
+        text=_busiest,
+        doc=DOCS["max_link_share"] + "; in brackets: " + DOCS["busiest_link"],
+    ),
     Col("links under 5 % of the busiest", "links_under_5pct_of_busiest"),
     Col("ECMP imbalance", "ecmp_imbalance", "f2"),
 ]
@@ -153,14 +171,31 @@ BOUND_COLUMNS = [
     Col("comm (s)", "comm_time_s", "s"),
     Col("bound (s)", "bound_s", "s"),
     Col("push-then-pull (s)", "push_then_pull_s", "s"),
-    Col("iteration / bound", "bound_s", "f2", text=lambda f: _ratio(f.iter_time_s, f.bound_s),
-        doc="iter_time_s / bound_s: how many times its communication bound a step took"),
-    Col("comm: bound part (s)", "comm_split", text=lambda f: fmt(f.comm_split.get("bound_s"), "s"),
-        doc="comm_split bound_s: " + DOCS.get("comm_split", "")),
-    Col("comm: timeouts (s)", "comm_split", text=lambda f: fmt(f.comm_split.get("timeouts_s"), "s"),
-        doc="comm_split timeouts_s: timeout_idle_s / steps"),
-    Col("comm: rest (s)", "comm_split", text=lambda f: fmt(f.comm_split.get("rest_s"), "s"),
-        doc="comm_split rest_s: comm_time_s - bound - timeouts (never below 0)"),
+    Col(
+        "iteration / bound",
+        "bound_s",
+        "f2",
+        text=lambda f: _ratio(f.iter_time_s, f.bound_s),
+        doc="iter_time_s / bound_s: how many times its communication bound a step took",
+    ),
+    Col(
+        "comm: bound part (s)",
+        "comm_split",
+        text=lambda f: fmt(f.comm_split.get("bound_s"), "s"),
+        doc="comm_split bound_s: " + DOCS.get("comm_split", ""),
+    ),
+    Col(
+        "comm: timeouts (s)",
+        "comm_split",
+        text=lambda f: fmt(f.comm_split.get("timeouts_s"), "s"),
+        doc="comm_split timeouts_s: timeout_idle_s / steps",
+    ),
+    Col(
+        "comm: rest (s)",
+        "comm_split",
+        text=lambda f: fmt(f.comm_split.get("rest_s"), "s"),
+        doc="comm_split rest_s: comm_time_s - bound - timeouts (never below 0)",
+    ),
 ]
 PS_COLUMNS = [
     Col("updates applied", "updates_applied"),
@@ -171,8 +206,13 @@ PS_COLUMNS = [
 ]
 
 
-def summary_table(run: RunView, heading: str, cols: list[Col], names: list[str] | None = None,
-                  by_design: dict[str, str] | None = None) -> Table:
+def summary_table(
+    run: RunView,
+    heading: str,
+    cols: list[Col],
+    names: list[str] | None = None,
+    by_design: dict[str, str] | None = None,
+) -> Table:
     """One row per strategy, the summary's figures in the given columns; notes say what a "–" means
     (`by_design`: field -> the note of a column whose "–" means the field does not apply)."""
     names = names if names is not None else list(run.strategies)
@@ -195,8 +235,10 @@ def dash_notes(run: RunView, cols: list[Col], names: list[str]) -> list[str]:
     if missing:
         out.append(f"{DASH} for {', '.join(missing)}: the strategy did not run (no folder).")
     if pcap_cols and not run.host_captures:
-        out.append(f"{DASH} in {', '.join(pcap_cols)}: these count what the hosts' own captures saw, and "
-                   f"this run captured capture={run.config.capture} (no host captures).")
+        out.append(
+            f"{DASH} in {', '.join(pcap_cols)}: these count what the hosts' own captures saw, and "
+            f"this run captured capture={run.config.capture} (no host captures)."
+        )
     for n in names:
         err = run.strategies[n].summary.pcap_error
         if pcap_cols and err:
@@ -204,15 +246,18 @@ def dash_notes(run: RunView, cols: list[Col], names: list[str]) -> list[str]:
     shown = [n for n in names if n not in missing]
     empty: dict[str, list[str]] = {}
     for c in cols:
-        if c.key in PCAP_FIELDS and (not run.host_captures or any(run.strategies[n].summary.pcap_error
-                                                                  for n in shown)):
+        if c.key in PCAP_FIELDS and (
+            not run.host_captures or any(run.strategies[n].summary.pcap_error for n in shown)
+        ):
             continue
         who = [n for n in shown if c.cell(run.strategies[n].summary) == DASH]
         if who:
             empty.setdefault(", ".join(who), []).append(c.header)
     for who, heads in empty.items():
-        out.append(f"{DASH} in {', '.join(heads)} ({who}): summary.json holds no value (a field of a newer "
-                   "summary, or nothing was recorded to compute it from).")
+        out.append(
+            f"{DASH} in {', '.join(heads)} ({who}): summary.json holds no value (a field of a newer "
+            "summary, or nothing was recorded to compute it from)."
+        )
     return out
 
 
@@ -234,15 +279,19 @@ def all_gaps(run: RunView) -> dict[str, list[dict[str, float]]]:
 
 def retransmits(run: RunView) -> dict[str, dict[str, Any]]:
     """Retransmissions per bin of the strategies with host captures (retransmits_timeline.json)."""
+
     def make() -> dict[str, dict[str, Any]]:
         return {s.name: r for s in run.timed if (r := S.retransmit_series(s)) is not None}
+
     return run.memo("retransmits", make)
 
 
 def goodputs(run: RunView) -> dict[str, dict[str, Any]]:
     """Delivered goodput per receiver of the strategies with host captures (goodput_timeline.json)."""
+
     def make() -> dict[str, dict[str, Any]]:
         return {s.name: g for s in run.timed if (g := S.goodput_series(s)) is not None}
+
     return run.memo("goodput", make)
 
 
@@ -285,8 +334,10 @@ def capture_problems(run: RunView) -> Callout | None:
     items = []
     if cap.enabled and not cap.complete:
         pts = ", ".join(cap.incomplete_points) or "see capture.json"
-        items.append(f"Packet capture incomplete ({pts}; {cap.packets_dropped_kernel} packets dropped by the "
-                     "kernel): the pcap columns undercount.")
+        items.append(
+            f"Packet capture incomplete ({pts}; {cap.packets_dropped_kernel} packets dropped by the "
+            "kernel): the pcap columns undercount."
+        )
     for name, s in run.strategies.items():
         if s.summary.pcap_error:
             items.append(f"{name}: the captures could not be read ({s.summary.pcap_error}).")
@@ -302,34 +353,53 @@ def summary_rebuilt(run: RunView) -> Callout | None:
     """summary.json was recomputed from the folder by the code that writes it after a run."""
     if not run.rebuilt:
         return None
-    return Callout("summary.json rebuilt", [f"{run.rebuilt}; it was recomputed from the run folder by "
-                                            "analysis.summary (the code that writes it after a run) and "
-                                            "saved."], "info")
+    return Callout(
+        "summary.json rebuilt",
+        [
+            f"{run.rebuilt}; it was recomputed from the run folder by "
+            "analysis.summary (the code that writes it after a run) and "
+            "saved."
+        ],
+        "info",
+    )
 
 
 FIDELITY_CHECKS = {  # check -> (what failed, limit, what it means, what it affects)
-    "loss": ("losses no switch queue counted", f"more than {MAX_UNEXPLAINED_LOSS * 100:.0f} % of the losses "
-             "the captures saw", "drop and retransmission counts include losses a real switch would not have",
-             "the drop and retransmission counts (tables Switch queues and links, TCP; the drops, "
-             "retransmissions and timeouts timeline)"),
-    "pace": ("the bottleneck off its rate", f"median departure gap / ideal outside {GAP_RATIO_RANGE[0]}-"
-             f"{GAP_RATIO_RANGE[1]}", "the link did not run at its configured rate",
-             "every time and rate (iteration time and bounds, goodput, link utilisation{cures})"),
-    "cpu": ("CPU saturated", f"every core >= {SATURATED * 100:.0f} % busy in more than "
-            f"{MAX_SATURATED_SHARE * 100:.0f} % of the seconds from the strategy's start",
-            "workers, switch and captures competed for the CPU",
-            "the times (iteration time and bounds{cures}), which include waiting for the CPU"),
+    "loss": (
+        "losses no switch queue counted",
+        f"more than {MAX_UNEXPLAINED_LOSS * 100:.0f} % of the losses the captures saw",
+        "drop and retransmission counts include losses a real switch would not have",
+        "the drop and retransmission counts (tables Switch queues and links, TCP; the drops, "
+        "retransmissions and timeouts timeline)",
+    ),
+    "pace": (
+        "the bottleneck off its rate",
+        f"median departure gap / ideal outside {GAP_RATIO_RANGE[0]}-{GAP_RATIO_RANGE[1]}",
+        "the link did not run at its configured rate",
+        "every time and rate (iteration time and bounds, goodput, link utilisation{cures})",
+    ),
+    "cpu": (
+        "CPU saturated",
+        f"every core >= {SATURATED * 100:.0f} % busy in more than "
+        f"{MAX_SATURATED_SHARE * 100:.0f} % of the seconds from the strategy's start",
+        "workers, switch and captures competed for the CPU",
+        "the times (iteration time and bounds{cures}), which include waiting for the CPU",
+    ),
 }
-FIDELITY_FIGURE = {"loss": "unexplained_loss_share", "pace": "dequeue_gap_median_over_ideal",
-                   "cpu": "cpu_saturated_share"}
+FIDELITY_FIGURE = {
+    "loss": "unexplained_loss_share",
+    "pace": "dequeue_gap_median_over_ideal",
+    "cpu": "cpu_saturated_share",
+}
 
 
 def fidelity_problems(fid: dict[str, Any]) -> list[str]:
     """Which of analysis.fidelity's checks a strategy failed ("loss", "pace", "cpu"), from its figures
     and the same limits the verdict uses."""
     out = []
-    loss, gap, sat = (fid.get(k) for k in ("unexplained_loss_share", "dequeue_gap_median_over_ideal",
-                                            "cpu_saturated_share"))
+    loss, gap, sat = (
+        fid.get(k) for k in ("unexplained_loss_share", "dequeue_gap_median_over_ideal", "cpu_saturated_share")
+    )
     if _num(loss) and loss > MAX_UNEXPLAINED_LOSS:
         out.append("loss")
     if _num(gap) and not GAP_RATIO_RANGE[0] <= gap <= GAP_RATIO_RANGE[1]:
@@ -344,8 +414,9 @@ def _fid_numbers(fid: dict[str, Any]) -> str:
     if _num(fid.get("unexplained_loss_share")):
         bits.append(f"unexplained loss {fid['unexplained_loss_share'] * 100:.0f} %")
     if _num(fid.get("dequeue_gap_median_over_ideal")):
-        bits.append(f"departure gap / ideal {fid['dequeue_gap_median_over_ideal']:.3f} at "
-                    f"{fid.get('dequeue_port')}")
+        bits.append(
+            f"departure gap / ideal {fid['dequeue_gap_median_over_ideal']:.3f} at {fid.get('dequeue_port')}"
+        )
     if _num(fid.get("cpu_saturated_share")):
         bits.append(f"all cores saturated {fid['cpu_saturated_share'] * 100:.0f} % of the seconds")
     return ", ".join(bits)
@@ -361,14 +432,23 @@ def fidelity_verdict(run: RunView) -> Callout | None:
     verdict = str((run.summary.fidelity or {}).get("verdict") or "unknown")
     judged = {s.name: s.summary.fidelity for s in present if s.summary.fidelity.get("verdict")}
     if not judged:
-        return Callout("Fidelity verdict: unknown", [
-            "summary.json holds no fidelity checks (a summary of an older schema, or nothing was recorded "
-            "to check): the figures below come without a verdict."], "info")
+        return Callout(
+            "Fidelity verdict: unknown",
+            [
+                "summary.json holds no fidelity checks (a summary of an older schema, or nothing was "
+                "recorded "
+                "to check): the figures below come without a verdict."
+            ],
+            "info",
+        )
     bad = [n for n, f in judged.items() if f.get("verdict") == "degraded"]
     good = [n for n, f in judged.items() if f.get("verdict") == "trustworthy"]
-    items = [f"Run {verdict.upper()}: {len(bad)} of {len(judged)} strategies degraded"
-             + (f" ({', '.join(bad)})" if bad else "") + (f"; trustworthy: {', '.join(good)}" if good else "")
-             + ". The checks and their figures: section Fidelity."]
+    items = [
+        f"Run {verdict.upper()}: {len(bad)} of {len(judged)} strategies degraded"
+        + (f" ({', '.join(bad)})" if bad else "")
+        + (f"; trustworthy: {', '.join(good)}" if good else "")
+        + ". The checks and their figures: section Fidelity."
+    ]
     cures_shown = len([s for s in run.timed if s.ps_family]) >= 2
     explained: set[str] = set()
     for key, (what, limit, meaning, affects) in FIDELITY_CHECKS.items():
@@ -377,8 +457,10 @@ def fidelity_verdict(run: RunView) -> Callout | None:
             continue
         field = FIDELITY_FIGURE[key]
         vals = ", ".join(f"{n} {_fid_value(key, judged[n].get(field))}" for n in failed)
-        items.append(f"{what[0].upper() + what[1:]} ({limit}): {vals}. {meaning[0].upper() + meaning[1:]}. "
-                     f"Affected: {affects.format(cures=', Cures' if cures_shown else '')}.")
+        items.append(
+            f"{what[0].upper() + what[1:]} ({limit}): {vals}. {meaning[0].upper() + meaning[1:]}. "
+            f"Affected: {affects.format(cures=', Cures' if cures_shown else '')}."
+        )
         explained.update(failed)
     for n in bad:  # a reason the checks above do not cover (a check of a newer summary): verbatim
         if n not in explained:
@@ -398,8 +480,13 @@ def _fid_value(key: str, v: Any) -> str:
     return f"{v:.3f}" if key == "pace" else f"{v * 100:.0f} %"
 
 
-CALLOUTS: list[Callable[[RunView], Callout | None]] = [fidelity_verdict, incomplete_run, capture_problems,
-                                                       damaged_files, summary_rebuilt]
+CALLOUTS: list[Callable[[RunView], Callout | None]] = [
+    fidelity_verdict,
+    incomplete_run,
+    capture_problems,
+    damaged_files,
+    summary_rebuilt,
+]
 
 
 # -- findings ----------------------------------------------------------------------------------------------
@@ -407,11 +494,14 @@ def findings(run: RunView) -> Section | None:
     """Which strategy lost what where, in sentences made of summary.json's figures."""
     names = [s.name for s in run.present]
     if not names:
-        return Section("Findings", [Paragraph("No strategy of this run left a folder: nothing was "
-                                              "measured.")])
+        return Section(
+            "Findings", [Paragraph("No strategy of this run left a folder: nothing was measured.")]
+        )
     figs = {n: run.strategies[n].summary for n in names}
-    ref = max(names, key=lambda n: (hottest_shard_port(run, run.strategies[n])[1] or 0,
-                                    figs[n].queue_drops_total or 0))
+    ref = max(
+        names,
+        key=lambda n: (hottest_shard_port(run, run.strategies[n])[1] or 0, figs[n].queue_drops_total or 0),
+    )
     items = [_strategy_sentence(run, n, ref) for n in [ref, *(x for x in names if x != ref)]]
     items += _fault_sentences(run)
     if run.config.target_loss is not None:
@@ -447,17 +537,21 @@ def _strategy_sentence(run: RunView, name: str, ref: str) -> str:
         parts.append(f"{f.tcp_retransmits_kernel} TCP retransmissions (kernel count)")
     link = busiest_utilised(f)
     if f.busiest_link_utilisation is not None and link:
-        parts.append(f"the busiest link direction {link} ran at {f.busiest_link_utilisation * 100:.0f} % of "
-                     "its rate")
+        parts.append(
+            f"the busiest link direction {link} ran at {f.busiest_link_utilisation * 100:.0f} % of its rate"
+        )
     elif f.max_link_share is not None and f.busiest_link:
-        parts.append(f"the busiest link direction {f.busiest_link} carried {f.max_link_share * 100:.0f} % of "
-                     "the link bytes")
+        parts.append(
+            f"the busiest link direction {f.busiest_link} carried {f.max_link_share * 100:.0f} % of "
+            "the link bytes"
+        )
     if f.iter_time_s is not None:
         it = f"median iteration {f.iter_time_s:.3f} s"
         if name != ref and r.iter_time_s and f.iter_time_s > 0:
             ratio = r.iter_time_s / f.iter_time_s
-            it += (f", {ratio:.2f}x faster than {ref}" if ratio >= 1 else
-                   f", {1 / ratio:.2f}x slower than {ref}")
+            it += (
+                f", {ratio:.2f}x faster than {ref}" if ratio >= 1 else f", {1 / ratio:.2f}x slower than {ref}"
+            )
         parts.append(it)
     tail = "" if f.state == "complete" else f" [{f.state}]"
     return f"{name}: " + ("; ".join(parts) if parts else "no figures") + tail + "."
@@ -471,14 +565,22 @@ def _fault_sentences(run: RunView) -> list[str]:
         events = [m for m in ms if m.source == "controller"]
         parts = []
         if faults:
-            parts.append(f"{len(faults)} fault action{'s' if len(faults) != 1 else ''} ("
-                         + ", ".join(f"{m.label} at {m.t:.2f} s" for m in faults) + ")")
+            parts.append(
+                f"{len(faults)} fault action{'s' if len(faults) != 1 else ''} ("
+                + ", ".join(f"{m.label} at {m.t:.2f} s" for m in faults)
+                + ")"
+            )
         if events:
             n = sum(m.count for m in events)
-            parts.append(f"{n} controller event{'s' if n != 1 else ''} ("
-                         + ", ".join(f"{m.kind} at {m.t:.2f} s" for m in events) + ")")
-        parts += [f"controller statistics missing for {g['seconds']:.1f} s ({g['t0']:.2f}-{g['t1']:.2f} s)"
-                  for g in gaps.get(name, [])]
+            parts.append(
+                f"{n} controller event{'s' if n != 1 else ''} ("
+                + ", ".join(f"{m.kind} at {m.t:.2f} s" for m in events)
+                + ")"
+            )
+        parts += [
+            f"controller statistics missing for {g['seconds']:.1f} s ({g['t0']:.2f}-{g['t1']:.2f} s)"
+            for g in gaps.get(name, [])
+        ]
         if parts:
             out.append(f"{name} faults and events: " + "; ".join(parts) + ".")
     return out
@@ -502,36 +604,51 @@ def comparison(run: RunView) -> Section:
     queues = summary_table(run, "Switch queues and links", QUEUE_COLUMNS)
     elsewhere = [s.name for s in run.ps_family if run.ps_port not in run.shard_ports(s.name)]
     if elsewhere:
-        queues.notes.append(f"{', '.join(elsewhere)}: no parameter server on {run.config.fabric.ps_host}, so "
-                            f"PS-port drops are {run.ps_port}'s, a port its parameter servers do not use "
-                            "(their hottest port: table Cures, Hot ports).")
-    return Section("Comparison", [
-        summary_table(run, "Timing and loss", TIMING_COLUMNS),
-        queues,
-        Paragraph(link_sentence(run)) if link_sentence(run) else None,
-        summary_table(run, "TCP", TCP_COLUMNS),
-        Paragraph("Timeouts are counted twice, independently: by the kernel (TcpExtTCPTimeouts, every host) "
-                  "and in the senders' captures (a retransmission after at least 0.75 x the minimum RTO "
-                  "without ACK progress). Timeout stall: seconds in which at least one flow waited for its "
-                  "timer; timeout idle: those of them in which the bottleneck host's link carried nothing, "
-                  "the time the timeouts cost.", note=True),
-        Paragraph(f"Every value is a field of summary.json ({src}); \"What the columns mean\" gives each "
-                  "field's definition.", note=True),
-    ])
+        queues.notes.append(
+            f"{', '.join(elsewhere)}: no parameter server on {run.config.fabric.ps_host}, so "
+            f"PS-port drops are {run.ps_port}'s, a port its parameter servers do not use "
+            "(their hottest port: table Cures, Hot ports)."
+        )
+    return Section(
+        "Comparison",
+        [
+            summary_table(run, "Timing and loss", TIMING_COLUMNS),
+            queues,
+            Paragraph(link_sentence(run)) if link_sentence(run) else None,
+            summary_table(run, "TCP", TCP_COLUMNS),
+            Paragraph(
+                "Timeouts are counted twice, independently: by the kernel (TcpExtTCPTimeouts, every host) "
+                "and in the senders' captures (a retransmission after at least 0.75 x the minimum RTO "
+                "without ACK progress). Timeout stall: seconds in which at least one flow waited for its "
+                "timer; timeout idle: those of them in which the bottleneck host's link carried nothing, "
+                "the time the timeouts cost.",
+                note=True,
+            ),
+            Paragraph(
+                f'Every value is a field of summary.json ({src}); "What the columns mean" gives each '
+                "field's definition.",
+                note=True,
+            ),
+        ],
+    )
 
 
 def link_sentence(run: RunView) -> str:
     """What busiest_link_utilisation, links_under_5pct_of_busiest and ecmp_imbalance mean."""
-    if not any(s.summary.links_under_5pct_of_busiest is not None or s.summary.ecmp_imbalance is not None
-               for s in run.present):
+    if not any(
+        s.summary.links_under_5pct_of_busiest is not None or s.summary.ecmp_imbalance is not None
+        for s in run.present
+    ):
         return ""
-    return ("Busiest link utilisation, the headline: the busiest link direction's bytes x 8 over its "
-            "configured rate x the training time, how close the strategy came to a link's capacity (its "
-            "share of all link bytes, next to it, only says how concentrated the traffic was). Links under 5 "
-            "% of the busiest: the link directions that carried less than 5 % of the busiest one's bytes, "
-            "idle while it was loaded. ECMP imbalance: over the leaves whose uplinks carried traffic, the "
-            "largest (max - min) / max of one leaf's uplink bytes; 0 when ECMP spread every leaf's traffic "
-            "evenly over the spines, 1 when a spine got none of a leaf's traffic.")
+    return (
+        "Busiest link utilisation, the headline: the busiest link direction's bytes x 8 over its "
+        "configured rate x the training time, how close the strategy came to a link's capacity (its "
+        "share of all link bytes, next to it, only says how concentrated the traffic was). Links under 5 "
+        "% of the busiest: the link directions that carried less than 5 % of the busiest one's bytes, "
+        "idle while it was loaded. ECMP imbalance: over the leaves whose uplinks carried traffic, the "
+        "largest (max - min) / max of one leaf's uplink bytes; 0 when ECMP spread every leaf's traffic "
+        "evenly over the spines, 1 when a spine got none of a leaf's traffic."
+    )
 
 
 def iteration_time(run: RunView) -> Section | None:
@@ -546,36 +663,68 @@ def iteration_time(run: RunView) -> Section | None:
         pos = S.step_position(run.strategies[name].steps, m.abs_t)
         return None if pos is None else pos - 0.5  # step k's point stands for [k - 0.5, k + 0.5]
 
-    bounds = {s.name: {"bound_s": s.summary.bound_s,
-                       "push_then_pull_s": s.summary.push_then_pull_s if s.ps_family else None}
-              for s in run.timed if s.summary.bound_s is not None}
+    bounds = {
+        s.name: {
+            "bound_s": s.summary.bound_s,
+            "push_then_pull_s": s.summary.push_then_pull_s if s.ps_family else None,
+        }
+        for s in run.timed
+        if s.summary.bound_s is not None
+    }
     fig, drawn = F.iteration_figure(data, colors(run), marks, at_step, bounds)
     data_out: dict[str, Any] = dict(data)
     data_out["fault_steps"] = drawn
     data_out["bounds"] = bounds
-    sec = Section("Iteration time and bounds", [figure(
-        "iter_time", fig, "Iteration time per step against the bounds",
-        "Per step, the slowest worker's step time (t_end - t_start), per strategy; the median of these is "
-        "the table's iteration time. Dashed, in the strategy's colour: its communication lower bound "
-        "(summary.json bound_s: ps (N + 1) S / B, sharded over K hosts divided by K, ring 2 (N - 1) S / (N "
-        "B)); dotted: push-then-pull 2 N S / (K B), a parameter server's step when no push overlaps a pull "
-        "(push_then_pull_s). Red dashed verticals: faults; grey dotted: controller events, at the step "
-        "running when they happened.", data_out)])
+    sec = Section(
+        "Iteration time and bounds",
+        [
+            figure(
+                "iter_time",
+                fig,
+                "Iteration time per step against the bounds",
+                "Per step, the slowest worker's step time (t_end - t_start), per strategy; the "
+                "median of these is "
+                "the table's iteration time. Dashed, in the strategy's colour: its communication lower bound "
+                "(summary.json bound_s: ps (N + 1) S / B, sharded over K hosts divided by K, ring 2 "
+                "(N - 1) S / (N "
+                "B)); dotted: push-then-pull 2 N S / (K B), a parameter server's step when no push "
+                "overlaps a pull "
+                "(push_then_pull_s). Red dashed verticals: faults; grey dotted: controller events, "
+                "at the step "
+                "running when they happened.",
+                data_out,
+            )
+        ],
+    )
     splits = {s.name: s.summary.comm_split for s in run.timed if s.summary.comm_split}
     if splits:
         comm = {n: run.strategies[n].summary.comm_time_s for n in splits}
-        sec.add(figure("comm_split", F.comm_split_figure(splits, comm, colors(run)),
-                       "Communication time split into bound, timeouts and the rest",
-                       "Each strategy's median communication time per step (comm_time_s, black tick) as "
-                       "summary.json comm_split: the bound (bound_s), the timeouts (timeout_idle_s / steps: "
-                       "seconds its bottleneck host's link sat idle while a flow waited for its "
-                       "retransmission timer) and the rest (queueing, slow start, software; never below 0).",
-                       {"splits": splits, "comm_time_s": comm}))
+        sec.add(
+            figure(
+                "comm_split",
+                F.comm_split_figure(splits, comm, colors(run)),
+                "Communication time split into bound, timeouts and the rest",
+                "Each strategy's median communication time per step (comm_time_s, black tick) as "
+                "summary.json comm_split: the bound (bound_s), the timeouts (timeout_idle_s / steps: "
+                "seconds its bottleneck host's link sat idle while a flow waited for its "
+                "retransmission timer) and the rest (queueing, slow start, software; never below 0).",
+                {"splits": splits, "comm_time_s": comm},
+            )
+        )
     no_ptp = [s.name for s in run.timed if s.summary.push_then_pull_s is None]
-    why = {"push_then_pull_s": f"{DASH} in push-then-pull (s) ({', '.join(no_ptp)}): only a parameter server "
-                               "on hosts of its own has one (none for collectives and colocated shards)."}
-    sec.add(summary_table(run, "Bounds and the split of communication time", BOUND_COLUMNS,
-                          [s.name for s in run.timed], by_design=why if no_ptp else None))
+    why = {
+        "push_then_pull_s": f"{DASH} in push-then-pull (s) ({', '.join(no_ptp)}): only a parameter server "
+        "on hosts of its own has one (none for collectives and colocated shards)."
+    }
+    sec.add(
+        summary_table(
+            run,
+            "Bounds and the split of communication time",
+            BOUND_COLUMNS,
+            [s.name for s in run.timed],
+            by_design=why if no_ptp else None,
+        )
+    )
     gaps = gap_sentences(run)
     if gaps:
         sec.add(Bullets(gaps))
@@ -584,8 +733,17 @@ def iteration_time(run: RunView) -> Section | None:
 
 def reference_collective(run: RunView) -> StrategyView | None:
     """The first collective (ring, allreduce) with timings: what the PS family is held against."""
-    return next((s for s in run.timed if (sp := parse_spec(s.name)) and sp.kind in COLLECTIVES
-                 and s.summary.comm_time_s is not None and s.summary.comm_split), None)
+    return next(
+        (
+            s
+            for s in run.timed
+            if (sp := parse_spec(s.name))
+            and sp.kind in COLLECTIVES
+            and s.summary.comm_time_s is not None
+            and s.summary.comm_split
+        ),
+        None,
+    )
 
 
 def split_adds_up(f: StrategySummary, tol: float = 0.002) -> bool:
@@ -608,24 +766,33 @@ def gap_sentences(run: RunView) -> list[str]:
         if not s.ps_family or not f.comm_split or f.comm_time_s is None or f.iter_time_s is None:
             continue
         gap = f.comm_time_s - r.comm_time_s
-        d = {k: float(f.comm_split.get(k) or 0.0) - float(r.comm_split.get(k) or 0.0)
-             for k in ("bound_s", "timeouts_s", "rest_s")}
-        text = (f"{s.name}: a step took {f.iter_time_s:.3f} s against {ref.name}'s {r.iter_time_s:.3f} s, "
-                f"its communication {f.comm_time_s:.3f} s against {r.comm_time_s:.3f} s. ")
+        d = {
+            k: float(f.comm_split.get(k) or 0.0) - float(r.comm_split.get(k) or 0.0)
+            for k in ("bound_s", "timeouts_s", "rest_s")
+        }
+        text = (
+            f"{s.name}: a step took {f.iter_time_s:.3f} s against {ref.name}'s {r.iter_time_s:.3f} s, "
+            f"its communication {f.comm_time_s:.3f} s against {r.comm_time_s:.3f} s. "
+        )
         if gap > 0:
             pct = {k: v / gap * 100 for k, v in d.items()}
-            text += (f"Of that {gap:.3f} s gap, {d['bound_s']:.3f} s ({pct['bound_s']:.0f} %) is the bound "
-                     f"({f.bound_s:.3f} s against {r.bound_s:.3f} s), {d['timeouts_s']:.3f} s "
-                     f"({pct['timeouts_s']:.0f} %) timeouts and {d['rest_s']:.3f} s ({pct['rest_s']:.0f} %) "
-                     "the rest.")
+            text += (
+                f"Of that {gap:.3f} s gap, {d['bound_s']:.3f} s ({pct['bound_s']:.0f} %) is the bound "
+                f"({f.bound_s:.3f} s against {r.bound_s:.3f} s), {d['timeouts_s']:.3f} s "
+                f"({pct['timeouts_s']:.0f} %) timeouts and {d['rest_s']:.3f} s ({pct['rest_s']:.0f} %) "
+                "the rest."
+            )
         else:
             text += f"It communicated {-gap:.3f} s less than {ref.name} per step."
         for x in (s, ref):
             if not split_adds_up(x.summary):
-                parts = sum(float(x.summary.comm_split.get(k) or 0.0) for k in ("bound_s", "timeouts_s",
-                                                                                  "rest_s"))
-                text += (f" {x.name}'s split does not add up: bound + timeouts + rest = {parts:.3f} s, its "
-                         f"comm time {x.summary.comm_time_s:.3f} s (the rest is never below 0).")
+                parts = sum(
+                    float(x.summary.comm_split.get(k) or 0.0) for k in ("bound_s", "timeouts_s", "rest_s")
+                )
+                text += (
+                    f" {x.name}'s split does not add up: bound + timeouts + rest = {parts:.3f} s, its "
+                    f"comm time {x.summary.comm_time_s:.3f} s (the rest is never below 0)."
+                )
         out.append(text)
     return out
 
@@ -656,36 +823,70 @@ def cures(run: RunView) -> Section | None:
     if len(variants) < 2:
         return None
     rows_of = [*variants, *(s for s in run.timed if not s.ps_family)]
-    cols = [Column("TCP", "summary.json tcp: the congestion control and minimum RTO read back from the "
-                   "kernel when the strategy started", numeric=False),
-            Column("iteration (s)", DOCS["iter_time_s"]), Column("bound (s)", DOCS["bound_s"]),
-            Column("iteration / bound", "iter_time_s / bound_s"),
-            Column("hottest PS-port drops", "queue drops at the busiest-dropping port toward one of the "
-                   "variant's PS hosts (drops_by_port; for one PS: ps_port_drops), in brackets that port"),
-            Column("timeouts (kernel)", DOCS["tcp_timeouts_kernel"]),
-            Column("timeout cost per step (s)", "comm_split timeouts_s: timeout_idle_s / steps"),
-            Column("busiest link utilisation", DOCS["busiest_link_utilisation"] + "; in brackets: that link"),
-            Column("fidelity", "summary.json fidelity verdict", numeric=False)]
+    cols = [
+        Column(
+            "TCP",
+            "summary.json tcp: the congestion control and minimum RTO read back from the "
+            "kernel when the strategy started",
+            numeric=False,
+        ),
+        Column("iteration (s)", DOCS["iter_time_s"]),
+        Column("bound (s)", DOCS["bound_s"]),
+        Column("iteration / bound", "iter_time_s / bound_s"),
+        Column(
+            "hottest PS-port drops",
+            "queue drops at the busiest-dropping port toward one of the "
+            "variant's PS hosts (drops_by_port; for one PS: ps_port_drops), in brackets that port",
+        ),
+        Column("timeouts (kernel)", DOCS["tcp_timeouts_kernel"]),
+        Column("timeout cost per step (s)", "comm_split timeouts_s: timeout_idle_s / steps"),
+        Column("busiest link utilisation", DOCS["busiest_link_utilisation"] + "; in brackets: that link"),
+        Column("fidelity", "summary.json fidelity verdict", numeric=False),
+    ]
     rows, values = [], {}
     for s in rows_of:
         f = s.summary
         port, drops = hottest_shard_port(run, s)
         to = f.comm_split.get("timeouts_s") if f.comm_split else None
-        rows.append(Row(s.name, [
-            _tcp_text(f), fmt(f.iter_time_s, "s"), fmt(f.bound_s, "s"), _ratio(f.iter_time_s, f.bound_s),
-            f"{drops} ({port})" if port is not None else DASH, fmt(f.tcp_timeouts_kernel, "int"),
-            fmt(to, "s"), _busiest_util(f), str(f.fidelity.get("verdict") or DASH)],
-            bad=f.state != "complete"))
-        values[s.name] = {"tcp": f.tcp, "iter_time_s": f.iter_time_s, "bound_s": f.bound_s,
-                          "iter_over_bound": (f.iter_time_s / f.bound_s if f.iter_time_s and f.bound_s
-                                              else None),
-                          "hottest_ps_port": port, "hottest_ps_port_drops": drops,
-                          "tcp_timeouts_kernel": f.tcp_timeouts_kernel, "timeouts_s": to,
-                          "busiest_link_utilisation": f.busiest_link_utilisation,
-                          "verdict": f.fidelity.get("verdict")}
-    table = Table("Cures: one row per variant", "variant", cols, rows, values=values,
-                  notes=[f"{DASH} in hottest PS-port drops: the strategy has no parameter server."]
-                  if len(rows_of) > len(variants) else [])
+        rows.append(
+            Row(
+                s.name,
+                [
+                    _tcp_text(f),
+                    fmt(f.iter_time_s, "s"),
+                    fmt(f.bound_s, "s"),
+                    _ratio(f.iter_time_s, f.bound_s),
+                    f"{drops} ({port})" if port is not None else DASH,
+                    fmt(f.tcp_timeouts_kernel, "int"),
+                    fmt(to, "s"),
+                    _busiest_util(f),
+                    str(f.fidelity.get("verdict") or DASH),
+                ],
+                bad=f.state != "complete",
+            )
+        )
+        values[s.name] = {
+            "tcp": f.tcp,
+            "iter_time_s": f.iter_time_s,
+            "bound_s": f.bound_s,
+            "iter_over_bound": (f.iter_time_s / f.bound_s if f.iter_time_s and f.bound_s else None),
+            "hottest_ps_port": port,
+            "hottest_ps_port_drops": drops,
+            "tcp_timeouts_kernel": f.tcp_timeouts_kernel,
+            "timeouts_s": to,
+            "busiest_link_utilisation": f.busiest_link_utilisation,
+            "verdict": f.fidelity.get("verdict"),
+        }
+    table = Table(
+        "Cures: one row per variant",
+        "variant",
+        cols,
+        rows,
+        values=values,
+        notes=[f"{DASH} in hottest PS-port drops: the strategy has no parameter server."]
+        if len(rows_of) > len(variants)
+        else [],
+    )
     return Section("Cures", [table, Bullets(cure_sentences(run, variants))])
 
 
@@ -699,7 +900,7 @@ def base_variant(variants: list[StrategyView]) -> StrategyView | None:
 
 
 def _change(a: float, b: float, what: str, unit: str = "", digits: int = 3) -> str:
-    """"cut the step from 3.213 s to 1.029 s" / "raised ..." / "left ... at ..."."""
+    """ "cut the step from 3.213 s to 1.029 s" / "raised ..." / "left ... at ..."."""
     fa, fb = f"{a:.{digits}f}{unit}", f"{b:.{digits}f}{unit}"
     if fa == fb:
         return f"left {what} at {fa}"
@@ -713,15 +914,19 @@ def cure_of(s: StrategyView, base: StrategyView) -> str:
         return s.name
     what = []
     if sp.shards != bp.shards or sp.placement != bp.placement:
-        what.append(f"placing {sp.shards} shards on worker hosts" if sp.placement == "colocated"
-                    else f"sharding over {sp.shards} hosts")
+        what.append(
+            f"placing {sp.shards} shards on worker hosts"
+            if sp.placement == "colocated"
+            else f"sharding over {sp.shards} hosts"
+        )
     if sp.rto_min_ms is not None:
         what.append(f"the {sp.rto_min_ms:g} ms minimum RTO")
     if sp.cc is not None:
         what.append(f"{sp.cc} congestion control")
     if sp.pull != bp.pull:
-        what.append("the models sent one worker after another" if sp.pull == "serial"
-                    else "every model sent at once")
+        what.append(
+            "the models sent one worker after another" if sp.pull == "serial" else "every model sent at once"
+        )
     return (" with ".join(what) or "the variant") + f" ({s.name})"
 
 
@@ -730,8 +935,10 @@ def cure_sentences(run: RunView, variants: list[StrategyView]) -> list[str]:
     base = base_variant(variants)
     out: list[str] = []
     if base is None:
-        out.append("No plain parameter server (ps without options) in this run: the variants are not "
-                   "compared with one.")
+        out.append(
+            "No plain parameter server (ps without options) in this run: the variants are not "
+            "compared with one."
+        )
     else:
         b = base.summary
         bport, bdrops = hottest_shard_port(run, base)
@@ -745,53 +952,79 @@ def cure_sentences(run: RunView, variants: list[StrategyView]) -> list[str]:
             bits = []
             if drops is not None and bdrops is not None:
                 verb = "cut" if drops < bdrops else ("raised" if drops > bdrops else "left")
-                bits.append(f"{verb} the hottest PS port's drops from {bdrops} ({bport}) to {drops} ({port})"
-                            if verb != "left" else f"left the hottest PS port's drops at {drops} ({port})")
+                bits.append(
+                    f"{verb} the hottest PS port's drops from {bdrops} ({bport}) to {drops} ({port})"
+                    if verb != "left"
+                    else f"left the hottest PS port's drops at {drops} ({port})"
+                )
             step = _change(b.iter_time_s, f.iter_time_s, "the step", " s")
             if f.bound_s is not None and b.bound_s is not None:
                 same = f"{f.bound_s:.3f}" == f"{b.bound_s:.3f}"
-                bound = (f"bound {f.bound_s:.3f} s, unchanged" if same else
-                         f"bound {b.bound_s:.3f} s -> {f.bound_s:.3f} s")
-                step += (f" ({bound}; iteration / bound {_ratio(b.iter_time_s, b.bound_s)} -> "
-                         f"{_ratio(f.iter_time_s, f.bound_s)})")
+                bound = (
+                    f"bound {f.bound_s:.3f} s, unchanged"
+                    if same
+                    else f"bound {b.bound_s:.3f} s -> {f.bound_s:.3f} s"
+                )
+                step += (
+                    f" ({bound}; iteration / bound {_ratio(b.iter_time_s, b.bound_s)} -> "
+                    f"{_ratio(f.iter_time_s, f.bound_s)})"
+                )
             bits.append(step)
             text = cure_of(s, base) + " " + " and ".join(bits) + "."
-            if f.tcp_timeouts_kernel is not None and b.tcp_timeouts_kernel is not None and f.comm_split \
-                    and b.comm_split:
+            if (
+                f.tcp_timeouts_kernel is not None
+                and b.tcp_timeouts_kernel is not None
+                and f.comm_split
+                and b.comm_split
+            ):
                 c0 = float(b.comm_split.get("timeouts_s") or 0)
                 c1 = float(f.comm_split.get("timeouts_s") or 0)
                 more = "less" if c1 < c0 else "more"
-                text += (f" Timeouts (kernel): {b.tcp_timeouts_kernel} -> {f.tcp_timeouts_kernel}; they cost "
-                         f"{c1:.3f} s a step against {c0:.3f} s")
+                text += (
+                    f" Timeouts (kernel): {b.tcp_timeouts_kernel} -> {f.tcp_timeouts_kernel}; they cost "
+                    f"{c1:.3f} s a step against {c0:.3f} s"
+                )
                 text += f", {abs(c1 - c0):.3f} s {more}." if f"{c0:.3f}" != f"{c1:.3f}" else ", the same."
             if f.comm_split and b.comm_split and f.comm_time_s is not None and b.comm_time_s is not None:
-                d = {k: float(f.comm_split.get(k) or 0) - float(b.comm_split.get(k) or 0)
-                     for k in ("bound_s", "timeouts_s", "rest_s")}
+                d = {
+                    k: float(f.comm_split.get(k) or 0) - float(b.comm_split.get(k) or 0)
+                    for k in ("bound_s", "timeouts_s", "rest_s")
+                }
                 names = {"bound_s": "the bound", "timeouts_s": "timeouts", "rest_s": "the rest"}
                 big = max(d, key=lambda k: abs(d[k]))
-                text += (f" Communication per step {b.comm_time_s:.3f} s -> {f.comm_time_s:.3f} s: bound "
-                         f"{d['bound_s']:+.3f} s, timeouts {d['timeouts_s']:+.3f} s, rest {d['rest_s']:+.3f} "
-                         f"s; the largest change is in {names[big]}.")
+                text += (
+                    f" Communication per step {b.comm_time_s:.3f} s -> {f.comm_time_s:.3f} s: bound "
+                    f"{d['bound_s']:+.3f} s, timeouts {d['timeouts_s']:+.3f} s, rest {d['rest_s']:+.3f} "
+                    f"s; the largest change is in {names[big]}."
+                )
             out.append(text)
     ref = reference_collective(run)
     timed = [s for s in variants if s.summary.iter_time_s is not None]
     if ref is not None and timed and ref.summary.iter_time_s:
         best = min(timed, key=lambda s: s.summary.iter_time_s or 0.0)
         r = ref.summary
-        out.append(f"{ref.name}: a step took {r.iter_time_s:.3f} s (bound {fmt(r.bound_s, 's')} s). The "
-                   f"fastest parameter-server variant, {best.name}, took {best.summary.iter_time_s:.3f} s, "
-                   f"{best.summary.iter_time_s / r.iter_time_s:.2f}x {ref.name}'s step.")
-    degraded = [s.name for s in [*variants, *([ref] if ref else [])] if s.summary.fidelity.get("verdict") ==
-                "degraded"]
+        out.append(
+            f"{ref.name}: a step took {r.iter_time_s:.3f} s (bound {fmt(r.bound_s, 's')} s). The "
+            f"fastest parameter-server variant, {best.name}, took {best.summary.iter_time_s:.3f} s, "
+            f"{best.summary.iter_time_s / r.iter_time_s:.2f}x {ref.name}'s step."
+        )
+    degraded = [
+        s.name
+        for s in [*variants, *([ref] if ref else [])]
+        if s.summary.fidelity.get("verdict") == "degraded"
+    ]
     if degraded:
-        out.append("Fidelity degraded for " + ", ".join(degraded) + " (the box at the top): read their "
-                   "differences with that in mind.")
+        out.append(
+            "Fidelity degraded for " + ", ".join(degraded) + " (the box at the top): read their "
+            "differences with that in mind."
+        )
     return out
 
 
 def queue_panels(run: RunView) -> list[dict[str, Any]]:
     """The queue panels: per strategy its own worst port (summary worst_queue_port), and for the PS
     family the PS port where that is another port; only ports with samples in queue_depth.jsonl."""
+
     def make() -> list[dict[str, Any]]:
         out = []
         for s in run.timed:
@@ -807,9 +1040,17 @@ def queue_panels(run: RunView) -> list[dict[str, Any]]:
                 ports.append((run.ps_port, "the PS port"))
             for port, role in ports:
                 d = S.queue_occupancy(s, port, run.ps_port)
-                out.append({"strategy": s.name, "port": port, "role": role, "data": d,
-                            "drops": int(f.drops_by_port.get(port, 0))})
+                out.append(
+                    {
+                        "strategy": s.name,
+                        "port": port,
+                        "role": role,
+                        "data": d,
+                        "drops": int(f.drops_by_port.get(port, 0)),
+                    }
+                )
         return out
+
     return run.memo("queue_panels", make)
 
 
@@ -823,31 +1064,44 @@ def ps_queue(run: RunView) -> Section | None:
     buf = run.config.fabric.buffer_pkts
     marks = all_marks(run)
     fig = F.queue_figure(shown, buf, time_range(run), colors(run), marks)
-    data = {"port": run.ps_port, "buffer_pkts": buf,
-            "panels": [{k: p[k] for k in ("strategy", "port", "role", "drops", "data")} for p in shown],
-            "strategies": {p["strategy"]: p["data"] for p in shown if p["port"] == run.ps_port},
-            "marks": _marks_data({n: marks.get(n, []) for n in {p["strategy"] for p in shown}}),
-            "xlim": time_range(run)}
+    data = {
+        "port": run.ps_port,
+        "buffer_pkts": buf,
+        "panels": [{k: p[k] for k in ("strategy", "port", "role", "drops", "data")} for p in shown],
+        "strategies": {p["strategy"]: p["data"] for p in shown if p["port"] == run.ps_port},
+        "marks": _marks_data({n: marks.get(n, []) for n in {p["strategy"] for p in shown}}),
+        "xlim": time_range(run),
+    }
     missing = [f"{p['strategy']} ({p['port']})" for p in panels if not p["data"]["samples"]]
-    cap = (f"Backlog of each strategy's own worst port (summary.json worst_queue_port: its most-dropping "
-           f"port, else its busiest) over time from queue_depth.jsonl, and for the parameter-server "
-           f"strategies the PS port {run.ps_port} too where that is another port; dashed: the configured "
-           f"buffer, {buf} packets (config fabric.buffer_pkts).")
+    cap = (
+        f"Backlog of each strategy's own worst port (summary.json worst_queue_port: its most-dropping "
+        f"port, else its busiest) over time from queue_depth.jsonl, and for the parameter-server "
+        f"strategies the PS port {run.ps_port} too where that is another port; dashed: the configured "
+        f"buffer, {buf} packets (config fabric.buffer_pkts)."
+    )
     if missing:
-        cap += (" No samples in queue_depth.jsonl for " + ", ".join(missing) + " (a run that sampled the PS "
-                "port only).")
-    return Section("Switch queues where the traffic goes", [
-        figure("queue_occupancy", fig, "Queue occupancy at each strategy's worst port", cap, data),
-        hot_port_tables(run)])
+        cap += (
+            " No samples in queue_depth.jsonl for " + ", ".join(missing) + " (a run that sampled the PS "
+            "port only)."
+        )
+    return Section(
+        "Switch queues where the traffic goes",
+        [
+            figure("queue_occupancy", fig, "Queue occupancy at each strategy's worst port", cap, data),
+            hot_port_tables(run),
+        ],
+    )
 
 
 def hot_port_tables(run: RunView) -> Group | None:
     """One table per strategy of summary.json hot_ports: its busiest and most-dropping switch ports."""
-    cols = [Column("kind", "uplink (leaf-spine) or host (a leaf's port toward its host)", numeric=False),
-            Column("tx (MB)", "bytes the port sent over the strategy, MB"),
-            Column("drops", "queue drops at the port over the strategy"),
-            Column("utilisation", "tx bytes x 8 / (the port's configured rate x the training time)"),
-            Column("max backlog (packets)", "the most packets its queue held (queue_depth.jsonl)")]
+    cols = [
+        Column("kind", "uplink (leaf-spine) or host (a leaf's port toward its host)", numeric=False),
+        Column("tx (MB)", "bytes the port sent over the strategy, MB"),
+        Column("drops", "queue drops at the port over the strategy"),
+        Column("utilisation", "tx bytes x 8 / (the port's configured rate x the training time)"),
+        Column("max backlog (packets)", "the most packets its queue held (queue_depth.jsonl)"),
+    ]
     tables = []
     for s in run.present:
         hot = s.summary.hot_ports
@@ -856,20 +1110,40 @@ def hot_port_tables(run: RunView) -> Group | None:
         shards = set(run.shard_ports(s.name))
         rows, values = [], {}
         # busiest first; ties by name (analysis.summary takes them from a set: their order varies by run)
-        for h in sorted(hot, key=lambda h: (-(h.get("tx_bytes") or 0), -(h.get("drops") or 0),
-                                            str(h.get("port")))):
+        for h in sorted(
+            hot, key=lambda h: (-(h.get("tx_bytes") or 0), -(h.get("drops") or 0), str(h.get("port")))
+        ):
             port = str(h.get("port"))
-            tag = " (PS port)" if port == run.ps_port and s.ps_family else (" (PS shard)" if port in shards
-                                                                             else "")
+            tag = (
+                " (PS port)"
+                if port == run.ps_port and s.ps_family
+                else (" (PS shard)" if port in shards else "")
+            )
             worst = " *" if port == s.summary.worst_queue_port else ""
             label = port + tag + worst
-            rows.append(Row(label, [str(h.get("kind", DASH)),
-                                    fmt(h["tx_bytes"] / 1e6 if _num(h.get("tx_bytes")) else None, "f2"),
-                                    fmt(h.get("drops"), "int"), fmt(h.get("utilisation"), "pct"),
-                                    fmt(h.get("max_backlog_packets"), "int")]))
+            rows.append(
+                Row(
+                    label,
+                    [
+                        str(h.get("kind", DASH)),
+                        fmt(h["tx_bytes"] / 1e6 if _num(h.get("tx_bytes")) else None, "f2"),
+                        fmt(h.get("drops"), "int"),
+                        fmt(h.get("utilisation"), "pct"),
+                        fmt(h.get("max_backlog_packets"), "int"),
+                    ],
+                )
+            )
             values[label] = dict(h)
-        tables.append(Table(f"Hot ports: {s.name}", "port", cols, rows, values=values,
-                            notes=["*: the port the queue figure shows (worst_queue_port)."]))
+        tables.append(
+            Table(
+                f"Hot ports: {s.name}",
+                "port",
+                cols,
+                rows,
+                values=values,
+                notes=["*: the port the queue figure shows (worst_queue_port)."],
+            )
+        )
     return Group(tables) if tables else None
 
 
@@ -886,21 +1160,42 @@ def drops_over_time(run: RunView) -> Section | None:
     psf = [s.name for s in run.ps_family if run.ps_port in run.shard_ports(s.name)]
     marks, gaps = all_marks(run), all_gaps(run)
     fig = F.drops_retx_figure(drops, retx, psf, time_range(run), colors(run), marks, gaps, rto)
-    data = {"drops": drops, "retransmits": {n: {k: d[k] for k in ("t", "retransmits", "retransmits_per_s",
-                                                                  "retransmits_total", "bin_s")}
-                                            for n, d in pc.items()},
-            "rto_events": rto, "marks": _marks_data(marks), "gaps": gaps, "xlim": time_range(run)}
-    cap = ("TCP retransmissions per second from the hosts' own captures (the segments each host sent, "
-           "retransmits_timeline.json), counted as the TCP table's retransmissions (pcap); red triangles: "
-           "each retransmission timeout the senders' captures show (rto_events.json, counted as timeouts "
-           "(pcap)), grey ticks: tail-loss probes." if retx else
-           f"No retransmission line: it needs host captures (this run: capture={run.config.capture}).")
-    return Section("Drops, retransmissions and timeouts over time", [figure(
-        "drops_retransmits", fig, "Queue drops, TCP retransmissions and timeouts over time",
-        f"One row per strategy. Grey: switch queue drops per second, from the controller's queue counters "
-        f"at every poll ({iv:g} s), summed over all ports; black dashed: at the PS port (parameter-server "
-        f"strategies); their sums are the drop columns of the tables. {cap} Shaded: no controller "
-        "statistics; red dashed: faults; grey dotted: controller events.", data)])
+    data = {
+        "drops": drops,
+        "retransmits": {
+            n: {k: d[k] for k in ("t", "retransmits", "retransmits_per_s", "retransmits_total", "bin_s")}
+            for n, d in pc.items()
+        },
+        "rto_events": rto,
+        "marks": _marks_data(marks),
+        "gaps": gaps,
+        "xlim": time_range(run),
+    }
+    cap = (
+        "TCP retransmissions per second from the hosts' own captures (the segments each host sent, "
+        "retransmits_timeline.json), counted as the TCP table's retransmissions (pcap); red triangles: "
+        "each retransmission timeout the senders' captures show (rto_events.json, counted as timeouts "
+        "(pcap)), grey ticks: tail-loss probes."
+        if retx
+        else f"No retransmission line: it needs host captures (this run: capture={run.config.capture})."
+    )
+    return Section(
+        "Drops, retransmissions and timeouts over time",
+        [
+            figure(
+                "drops_retransmits",
+                fig,
+                "Queue drops, TCP retransmissions and timeouts over time",
+                f"One row per strategy. Grey: switch queue drops per second, from the controller's "
+                f"queue counters "
+                f"at every poll ({iv:g} s), summed over all ports; black dashed: at the PS port "
+                f"(parameter-server "
+                f"strategies); their sums are the drop columns of the tables. {cap} Shaded: no controller "
+                "statistics; red dashed: faults; grey dotted: controller events.",
+                data,
+            )
+        ],
+    )
 
 
 def goodput(run: RunView) -> Section | None:
@@ -913,34 +1208,64 @@ def goodput(run: RunView) -> Section | None:
     rate = run.config.fabric.host_mbit
     xlim = time_range(run)
     fig = F.goodput_figure(pc, rate, xlim, colors(run), marks)
-    data: dict[str, Any] = {"strategies": {n: {k: d[k] for k in ("t", "goodput_bytes", "goodput_mbit_s",
-                                                                  "hosts", "bin_s", "bytes_total")}
-                                           for n, d in pc.items()},
-                            "host_mbit": rate, "marks": _marks_data(marks), "xlim": xlim}
-    sec = Section("Goodput", [figure(
-        "goodput", fig, "Delivered goodput over time",
-        "Payload bytes the hosts received per second, each byte counted once at its first arrival (a "
-        "retransmitted copy adds nothing), from each host's own capture (goodput_timeline.json, written by "
-        f"the summary), summed over the receiving hosts. Dashed: the rate of one host link ({rate:g} "
-        "Mbit/s): everything a parameter server receives comes through its one link.", data)])
+    data: dict[str, Any] = {
+        "strategies": {
+            n: {k: d[k] for k in ("t", "goodput_bytes", "goodput_mbit_s", "hosts", "bin_s", "bytes_total")}
+            for n, d in pc.items()
+        },
+        "host_mbit": rate,
+        "marks": _marks_data(marks),
+        "xlim": xlim,
+    }
+    sec = Section(
+        "Goodput",
+        [
+            figure(
+                "goodput",
+                fig,
+                "Delivered goodput over time",
+                "Payload bytes the hosts received per second, each byte counted once at its first arrival (a "
+                "retransmitted copy adds nothing), from each host's own capture "
+                "(goodput_timeline.json, written by "
+                f"the summary), summed over the receiving hosts. Dashed: the rate of one host link ({rate:g} "
+                "Mbit/s): everything a parameter server receives comes through its one link.",
+                data,
+            )
+        ],
+    )
     shards = {n: run.shard_hosts(n) for n in pc}
-    per = {n: {"t": d["t"], "bin_s": d["bin_s"], "receivers": d["receivers"], "bytes_total": d["bytes_total"]}
-           for n, d in pc.items()}
-    sec.add(figure("goodput_receivers", F.receivers_figure(pc, rate, shards, xlim),
-                   "Delivered goodput per receiver",
-                   "Each receiving host's delivered goodput over time, one heatmap row per host (bright: its "
-                   f"link's full {rate:g} Mbit/s), labelled with the bytes it received in all: summary.json "
-                   "delivered_bytes_by_receiver. A parameter server's row is bright while the workers' rows "
-                   "stay dark: its one link carries every gradient.", per))
+    per = {
+        n: {"t": d["t"], "bin_s": d["bin_s"], "receivers": d["receivers"], "bytes_total": d["bytes_total"]}
+        for n, d in pc.items()
+    }
+    sec.add(
+        figure(
+            "goodput_receivers",
+            F.receivers_figure(pc, rate, shards, xlim),
+            "Delivered goodput per receiver",
+            "Each receiving host's delivered goodput over time, one heatmap row per host (bright: its "
+            f"link's full {rate:g} Mbit/s), labelled with the bytes it received in all: summary.json "
+            "delivered_bytes_by_receiver. A parameter server's row is bright while the workers' rows "
+            "stay dark: its one link carries every gradient.",
+            per,
+        )
+    )
     flows = ps_flows(run, pc)
     if flows:
-        sec.add(figure("goodput_ps_flows", F.flows_figure(flows, xlim), "Flows into the parameter server",
-                       "Each flow into the PS host (sender:port; for a sharded parameter server, the flows "
-                       f"to its first shard, {run.config.fabric.ps_host}) as a heatmap row of its goodput "
-                       "per bin; crosses: that flow's retransmission timeouts (rto_events.json). A dark "
-                       "column across every flow is a time no gradient reached the PS: between the pushes "
-                       "(the PS sends the model back), or a synchronised stall, the senders waiting for "
-                       "their timers (the crosses in it).", flows))
+        sec.add(
+            figure(
+                "goodput_ps_flows",
+                F.flows_figure(flows, xlim),
+                "Flows into the parameter server",
+                "Each flow into the PS host (sender:port; for a sharded parameter server, the flows "
+                f"to its first shard, {run.config.fabric.ps_host}) as a heatmap row of its goodput "
+                "per bin; crosses: that flow's retransmission timeouts (rto_events.json). A dark "
+                "column across every flow is a time no gradient reached the PS: between the pushes "
+                "(the PS sends the model back), or a synchronised stall, the senders waiting for "
+                "their timers (the crosses in it).",
+                flows,
+            )
+        )
     return sec
 
 
@@ -964,8 +1289,14 @@ def ps_flows(run: RunView, pc: dict[str, dict[str, Any]]) -> dict[str, dict[str,
             k = S.flow_label(e["flow"], host_of)
             if dst == ps_ip and k in row:
                 mk.append((e["t"], row[k]))
-        out[name] = {"t": d["t"], "bin_s": d["bin_s"], "flows": d["flows_to_ps"], "marks": mk,
-                     "timeouts": len(mk), "ps_host": run.config.fabric.ps_host}
+        out[name] = {
+            "t": d["t"],
+            "bin_s": d["bin_s"],
+            "flows": d["flows_to_ps"],
+            "marks": mk,
+            "timeouts": len(mk),
+            "ps_host": run.config.fabric.ps_host,
+        }
     return out
 
 
@@ -985,22 +1316,43 @@ def utilisation(run: RunView) -> Section | None:
         util_pct = f.busiest_link_utilisation * 100
         text = f"{n}: the busiest link direction, {link}, ran at {util_pct:.1f} % of its rate"
         if f.links_under_5pct_of_busiest is not None:
-            text += (f"; {f.links_under_5pct_of_busiest} of {len(f.bytes_by_link)} link directions carried "
-                     "less than 5 % of its bytes")
+            text += (
+                f"; {f.links_under_5pct_of_busiest} of {len(f.bytes_by_link)} link directions carried "
+                "less than 5 % of its bytes"
+            )
         if f.ecmp_imbalance is not None:
-            text += (f"; ECMP imbalance {f.ecmp_imbalance:.2f}"
-                     + (" (a spine got none of some leaf's uplink traffic)" if f.ecmp_imbalance >= 0.99 else
-                        " (the leaves' uplinks evenly loaded)" if f.ecmp_imbalance <= 0.1 else ""))
+            text += f"; ECMP imbalance {f.ecmp_imbalance:.2f}" + (
+                " (a spine got none of some leaf's uplink traffic)"
+                if f.ecmp_imbalance >= 0.99
+                else " (the leaves' uplinks evenly loaded)"
+                if f.ecmp_imbalance <= 0.1
+                else ""
+            )
         items.append(text + ".")
-    return Section("Link utilisation", [figure(
-        "link_utilisation", fig, "Link utilisation against capacity",
-        "Each link direction's utilisation per poll interval of the controller over the strategy's training: "
-        "the port counter's increase x 8 / (the link's configured rate x the interval), the controller's "
-        "tx_bps as a share of the rate. Host links: up = what host hX sent (its leaf port's rx), down = what "
-        "its leaf port sent it (tx); uplinks: leaf to spine and spine to leaf (the white line separates "
-        "them). The mean over a row is the summary's link_utilisation of that link direction.",
-        {n: {k: d[k] for k in ("links", "labels", "kinds", "edges", "util", "mean", "end")}
-         for n, d in util.items()}), Bullets(items) if items else None])
+    return Section(
+        "Link utilisation",
+        [
+            figure(
+                "link_utilisation",
+                fig,
+                "Link utilisation against capacity",
+                "Each link direction's utilisation per poll interval of the controller over the "
+                "strategy's training: "
+                "the port counter's increase x 8 / (the link's configured rate x the interval), the "
+                "controller's "
+                "tx_bps as a share of the rate. Host links: up = what host hX sent (its leaf port's "
+                "rx), down = what "
+                "its leaf port sent it (tx); uplinks: leaf to spine and spine to leaf (the white "
+                "line separates "
+                "them). The mean over a row is the summary's link_utilisation of that link direction.",
+                {
+                    n: {k: d[k] for k in ("links", "labels", "kinds", "edges", "util", "mean", "end")}
+                    for n, d in util.items()
+                },
+            ),
+            Bullets(items) if items else None,
+        ],
+    )
 
 
 def bytes_per_link(run: RunView) -> Section | None:
@@ -1010,37 +1362,78 @@ def bytes_per_link(run: RunView) -> Section | None:
         return None
     per = {n: run.strategies[n].summary.bytes_by_link for n in names}
     totals = {n: float(sum(per[n].values())) for n in names}
-    links = sorted({k for n, v in per.items() for k, b in v.items()
-                    if totals[n] and b >= MIN_LINK_SHARE * totals[n]}, key=_natural)
+    links = sorted(
+        {k for n, v in per.items() for k, b in v.items() if totals[n] and b >= MIN_LINK_SHARE * totals[n]},
+        key=_natural,
+    )
     nbytes = {n: [float(per[n].get(lk, 0)) for lk in links] for n in names}
     share = {n: [b / totals[n] if totals[n] else 0.0 for b in nbytes[n]] for n in names}
     fig = F.link_heatmap(links, names, share, nbytes, run.ps_port)
     left = len({k for v in per.values() for k in v}) - len(links)
-    return Section("Bytes per link", [figure(
-        "link_bytes", fig, "Bytes per link direction",
-        "Each strategy's bytes on each link direction (summary.json bytes_by_link: a switch port's tx "
-        "bytes, hX-eth0 for what host hX sent), as a share of all its link bytes; the largest share is the "
-        "table's busiest link." + (f" Left out: {left} link directions that carried less than "
-                                  f"{MIN_LINK_SHARE * 100:g} % of every strategy's bytes." if left else ""),
-        {"links": links, "strategies": names, "bytes": nbytes, "share": share})])
+    return Section(
+        "Bytes per link",
+        [
+            figure(
+                "link_bytes",
+                fig,
+                "Bytes per link direction",
+                "Each strategy's bytes on each link direction (summary.json bytes_by_link: a switch "
+                "port's tx "
+                "bytes, hX-eth0 for what host hX sent), as a share of all its link bytes; the "
+                "largest share is the "
+                "table's busiest link."
+                + (
+                    f" Left out: {left} link directions that carried less than "
+                    f"{MIN_LINK_SHARE * 100:g} % of every strategy's bytes."
+                    if left
+                    else ""
+                ),
+                {"links": links, "strategies": names, "bytes": nbytes, "share": share},
+            )
+        ],
+    )
 
 
 FIDELITY_COLUMNS = [
-    ("verdict", "verdict", "text", "trustworthy, or degraded when a check failed (limits: unexplained loss "
-     f"<= {MAX_UNEXPLAINED_LOSS:.0%}, departure gap / ideal {GAP_RATIO_RANGE[0]}-{GAP_RATIO_RANGE[1]}, all "
-     f"cores >= {SATURATED:.0%} busy in <= {MAX_SATURATED_SHARE:.0%} of the seconds)"),
-    ("unexplained loss", "unexplained_loss_share", "pct", "max(0, fabric_drops_pcap - queue_drops_total) / "
-     "fabric_drops_pcap: losses the captures saw that no switch queue counted (a lower bound)"),
+    (
+        "verdict",
+        "verdict",
+        "text",
+        "trustworthy, or degraded when a check failed (limits: unexplained loss "
+        f"<= {MAX_UNEXPLAINED_LOSS:.0%}, departure gap / ideal "
+        f"{GAP_RATIO_RANGE[0]}-{GAP_RATIO_RANGE[1]}, all "
+        f"cores >= {SATURATED:.0%} busy in <= {MAX_SATURATED_SHARE:.0%} of the seconds)",
+    ),
+    (
+        "unexplained loss",
+        "unexplained_loss_share",
+        "pct",
+        "max(0, fabric_drops_pcap - queue_drops_total) / "
+        "fabric_drops_pcap: losses the captures saw that no switch queue counted (a lower bound)",
+    ),
     ("dequeue port", "dequeue_port", "text", "the strategy's worst host port, whose departures are checked"),
-    ("departure gap / ideal (median)", "dequeue_gap_median_over_ideal", "f3", "median gap between packets "
-     "leaving that port while its queue was backlogged, over the serialization time at its rate (1: the "
-     "configured rate exactly)"),
+    (
+        "departure gap / ideal (median)",
+        "dequeue_gap_median_over_ideal",
+        "f3",
+        "median gap between packets "
+        "leaving that port while its queue was backlogged, over the serialization time at its rate (1: the "
+        "configured rate exactly)",
+    ),
     ("gaps", "dequeue_gaps", "int", "departure gaps measured"),
     ("busiest second, mean core busy", "cpu_busy_max", "pct", "the busiest second's mean core busy share"),
-    ("seconds with every core saturated", "cpu_saturated_share", "pct",
-     f"share of the seconds with every core >= {SATURATED:.0%} busy"),
-    ("ovs-vswitchd peak (of one core)", "switch_cpu_max", "pct",
-     "the software switch's peak share of a core"),
+    (
+        "seconds with every core saturated",
+        "cpu_saturated_share",
+        "pct",
+        f"share of the seconds with every core >= {SATURATED:.0%} busy",
+    ),
+    (
+        "ovs-vswitchd peak (of one core)",
+        "switch_cpu_max",
+        "pct",
+        "the software switch's peak share of a core",
+    ),
 ]
 
 
@@ -1055,8 +1448,13 @@ def fidelity_table(run: RunView) -> Table | None:
         cells = []
         for _, key, kind, _ in FIDELITY_COLUMNS:
             v = fid.get(key)
-            cells.append(f"{v:.3f}" if kind == "f3" and _num(v) else
-                         (DASH if v is None else str(v)) if kind == "text" else fmt(v, kind))
+            cells.append(
+                f"{v:.3f}"
+                if kind == "f3" and _num(v)
+                else (DASH if v is None else str(v))
+                if kind == "text"
+                else fmt(v, kind)
+            )
         rows.append(Row(n, cells, bad=fid.get("verdict") == "degraded"))
         values[n] = {key: fid.get(key) for _, key, _, _ in FIDELITY_COLUMNS}
     cols = [Column(h, doc, numeric=kind != "text") for h, _, kind, doc in FIDELITY_COLUMNS]
@@ -1071,36 +1469,62 @@ def fidelity(run: RunView) -> Section | None:
     cpu = {s.name: c for s in run.timed if (c := S.cpu_series(s)) is not None}
     if table is None and not cdfs and not cpu:
         return None
-    sec = Section("Fidelity", [Paragraph(
-        "Before its figures are trusted an emulator must show it kept its promise (after Handigol et al., "
-        "CoNEXT 2012): every loss the captures saw should be a switch queue's drop, a backlogged bottleneck "
-        "should send one packet per serialization time at its configured rate, and the machine's CPU must "
-        "not be the bottleneck. summary.json fidelity holds these checks and the verdict; the box at the "
-        "top of the page says which figures a failed check affects."), table])
+    sec = Section(
+        "Fidelity",
+        [
+            Paragraph(
+                "Before its figures are trusted an emulator must show it kept its promise (after "
+                "Handigol et al., "
+                "CoNEXT 2012): every loss the captures saw should be a switch queue's drop, a "
+                "backlogged bottleneck "
+                "should send one packet per serialization time at its configured rate, and the "
+                "machine's CPU must "
+                "not be the bottleneck. summary.json fidelity holds these checks and the verdict; "
+                "the box at the "
+                "top of the page says which figures a failed check affects."
+            ),
+            table,
+        ],
+    )
     if cdfs:
-        sec.add(figure("dequeue_cdf", F.dequeue_cdf_figure(cdfs, GAP_RATIO_RANGE, colors(run)),
-                       "Departure gaps at the bottleneck",
-                       "CDF of the gaps between consecutive packets leaving each strategy's worst host port "
-                       "while its queue was backlogged, over one packet's serialization time at the port's "
-                       "configured rate (dequeue.json; the port's own capture where there is one, else the "
-                       "receiver's). Dashed: the ideal, 1; shaded: the range in which the median counts as "
-                       "the configured rate. A curve far left of 1 is packets leaving in bursts, far right a "
-                       "link slower than configured.", cdfs))
+        sec.add(
+            figure(
+                "dequeue_cdf",
+                F.dequeue_cdf_figure(cdfs, GAP_RATIO_RANGE, colors(run)),
+                "Departure gaps at the bottleneck",
+                "CDF of the gaps between consecutive packets leaving each strategy's worst host port "
+                "while its queue was backlogged, over one packet's serialization time at the port's "
+                "configured rate (dequeue.json; the port's own capture where there is one, else the "
+                "receiver's). Dashed: the ideal, 1; shaded: the range in which the median counts as "
+                "the configured rate. A curve far left of 1 is packets leaving in bursts, far right a "
+                "link slower than configured.",
+                cdfs,
+            )
+        )
     if cpu:
         facts = {}
         for n in cpu:
             fid = run.strategies[n].summary.fidelity
             sat, top = fid.get("cpu_saturated_share"), fid.get("switch_cpu_max")
-            facts[n] = (f"every core >= {SATURATED * 100:.0f} % busy in {fmt(sat, 'pct')} of the seconds "
-                        f"from its start (the fidelity check), ovs-vswitchd at most {fmt(top, 'pct')} of a "
-                        "core")
-        sec.add(figure("cpu", F.cpu_figure(cpu, SATURATED, time_range(run), facts), "CPU over time",
-                       "Per strategy, each core's busy share per second and ovs-vswitchd's CPU time per "
-                       "second (of one core; it can exceed 100 % with several threads), from cpu.jsonl, over "
-                       "the seconds the fidelity check counts: from the strategy's start, the setup before "
-                       "its first training step (shaded: processes starting, TCP set, captures started) "
-                       "included. Dotted: the saturation line of the check. Where every core is saturated, "
-                       "workers, switch and captures waited for the CPU.", cpu))
+            facts[n] = (
+                f"every core >= {SATURATED * 100:.0f} % busy in {fmt(sat, 'pct')} of the seconds "
+                f"from its start (the fidelity check), ovs-vswitchd at most {fmt(top, 'pct')} of a "
+                "core"
+            )
+        sec.add(
+            figure(
+                "cpu",
+                F.cpu_figure(cpu, SATURATED, time_range(run), facts),
+                "CPU over time",
+                "Per strategy, each core's busy share per second and ovs-vswitchd's CPU time per "
+                "second (of one core; it can exceed 100 % with several threads), from cpu.jsonl, over "
+                "the seconds the fidelity check counts: from the strategy's start, the setup before "
+                "its first training step (shaded: processes starting, TCP set, captures started) "
+                "included. Dotted: the saturation line of the check. Where every core is saturated, "
+                "workers, switch and captures waited for the CPU.",
+                cpu,
+            )
+        )
     return sec
 
 
@@ -1113,24 +1537,50 @@ def _natural(name: str) -> list[Any]:
 def faults_and_events(run: RunView) -> Section | None:
     """Every fault, controller event and hole in the statistics, with its time."""
     marks, gaps = all_marks(run), all_gaps(run)
-    rows = [Row(n, [f"{m.t:.2f}", "faults.jsonl" if m.source == "fault" else "controller",
-                    m.label + (f" (x{m.count})" if m.count > 1 else "")])
-            for n, ms in marks.items() for m in ms]
-    gap_items = [f"{n}: controller statistics missing for {g['seconds']:.1f} s ({g['t0']:.2f} s to "
-                 f"{g['t1']:.2f} s; poll interval {run.config.controller.interval:g} s), shaded in the "
-                 "timelines." for n, gs in gaps.items() for g in gs]
+    rows = [
+        Row(
+            n,
+            [
+                f"{m.t:.2f}",
+                "faults.jsonl" if m.source == "fault" else "controller",
+                m.label + (f" (x{m.count})" if m.count > 1 else ""),
+            ],
+        )
+        for n, ms in marks.items()
+        for m in ms
+    ]
+    gap_items = [
+        f"{n}: controller statistics missing for {g['seconds']:.1f} s ({g['t0']:.2f} s to "
+        f"{g['t1']:.2f} s; poll interval {run.config.controller.interval:g} s), shaded in the "
+        "timelines."
+        for n, gs in gaps.items()
+        for g in gs
+    ]
     if not rows and not gap_items:
         return None
-    sec = Section("Faults and events", [Paragraph(
-        "Times are seconds since the strategy's first training step, the origin of every timeline. Faults "
-        "from faults.jsonl; controller events (port down/up, reroute, switch (dis)connected) from "
-        f"timeseries.jsonl, those of one kind within {S.EVENT_CLUSTER_S:g} s merged.", note=True)])
+    sec = Section(
+        "Faults and events",
+        [
+            Paragraph(
+                "Times are seconds since the strategy's first training step, the origin of every "
+                "timeline. Faults "
+                "from faults.jsonl; controller events (port down/up, reroute, switch (dis)connected) from "
+                f"timeseries.jsonl, those of one kind within {S.EVENT_CLUSTER_S:g} s merged.",
+                note=True,
+            )
+        ],
+    )
     if gap_items:
         sec.add(Bullets(gap_items))
     if rows:
-        sec.add(Table("Fault actions and controller events", "strategy",
-                      [Column("t (s)"), Column("source", numeric=False), Column("what", numeric=False)],
-                      rows))
+        sec.add(
+            Table(
+                "Fault actions and controller events",
+                "strategy",
+                [Column("t (s)"), Column("source", numeric=False), Column("what", numeric=False)],
+                rows,
+            )
+        )
     return sec
 
 
@@ -1149,39 +1599,73 @@ def stragglers(run: RunView) -> Section | None:
     sec = Section("Stragglers and convergence")
     slow = straggler_ranks(run)
     sec.add(Bullets(_straggler_sentences(run, slow)))
-    shares = {s.name: {int(k): v for k, v in sorted(s.summary.worker_compute_share_by_rank.items(),
-                                                    key=lambda kv: int(kv[0]))}
-              for s in run.present if s.summary.worker_compute_share_by_rank}
+    shares = {
+        s.name: {
+            int(k): v
+            for k, v in sorted(s.summary.worker_compute_share_by_rank.items(), key=lambda kv: int(kv[0]))
+        }
+        for s in run.present
+        if s.summary.worker_compute_share_by_rank
+    }
     if shares:
-        sec.add(figure("compute_share", F.compute_share_figure(shares, slow, colors(run)),
-                       "Worker compute share",
-                       "Each worker's compute time over its own active span (summary.json "
-                       "worker_compute_share_by_rank); hatched: the configured straggler. A fast worker that "
-                       "waits for a straggler computes a small share of its time.",
-                       {"shares": shares, "stragglers": slow}))
+        sec.add(
+            figure(
+                "compute_share",
+                F.compute_share_figure(shares, slow, colors(run)),
+                "Worker compute share",
+                "Each worker's compute time over its own active span (summary.json "
+                "worker_compute_share_by_rank); hatched: the configured straggler. A fast worker that "
+                "waits for a straggler computes a small share of its time.",
+                {"shares": shares, "stragglers": slow},
+            )
+        )
     psf = [s.name for s in run.ps_family]
     if psf:
         cols = [c for c in PS_COLUMNS if c.key != "ssp_max_gap" or "ssp" in psf]
         sec.add(summary_table(run, "Parameter-server updates", cols, psf))
-    hists = {s.name: {int(k): int(v) for k, v in s.summary.staleness_histogram.items()}
-             for s in run.ps_family if s.summary.staleness_histogram}
+    hists = {
+        s.name: {int(k): int(v) for k, v in s.summary.staleness_histogram.items()}
+        for s in run.ps_family
+        if s.summary.staleness_histogram
+    }
     if hists and any(n in STRAGGLER_STRATEGIES for n in hists):
-        sec.add(figure("staleness", F.staleness_figure(hists, colors(run)), "Staleness of applied updates",
-                       "Applied parameter-server updates per staleness (summary.json staleness_histogram); "
-                       "synchronous strategies apply only fresh (staleness 0) gradients.", hists))
+        sec.add(
+            figure(
+                "staleness",
+                F.staleness_figure(hists, colors(run)),
+                "Staleness of applied updates",
+                "Applied parameter-server updates per staleness (summary.json staleness_histogram); "
+                "synchronous strategies apply only fresh (staleness 0) gradients.",
+                hists,
+            )
+        )
     loss = loss_series(run)
     target = run.config.target_loss
     if loss:
-        sec.add(figure("loss", F.loss_figure(loss, target, time_range(run), colors(run)), "Loss",
-                       "Mean loss over the workers per step, against the step and against time since the "
-                       "first training step." + (f" Dashed: the target loss {target:g} (config target_loss)."
-                                                 if target is not None else ""),
-                       {"strategies": loss, "target": target, "xlim": time_range(run)}))
+        sec.add(
+            figure(
+                "loss",
+                F.loss_figure(loss, target, time_range(run), colors(run)),
+                "Loss",
+                "Mean loss over the workers per step, against the step and against time since the "
+                "first training step."
+                + (
+                    f" Dashed: the target loss {target:g} (config target_loss)." if target is not None else ""
+                ),
+                {"strategies": loss, "target": target, "xlim": time_range(run)},
+            )
+        )
     if target is not None and loss:
         tt = {n: S.time_to_target(d, float(target)) for n, d in loss.items()}
-        sec.add(Table(f"Time to loss <= {target:g}", "strategy", [Column("seconds from the first step")],
-                      [Row(n, ["not reached" if v is None else f"{v:.2f}"]) for n, v in tt.items()],
-                      values={n: {"seconds": v} for n, v in tt.items()}))
+        sec.add(
+            Table(
+                f"Time to loss <= {target:g}",
+                "strategy",
+                [Column("seconds from the first step")],
+                [Row(n, ["not reached" if v is None else f"{v:.2f}"]) for n, v in tt.items()],
+                values={n: {"seconds": v} for n, v in tt.items()},
+            )
+        )
     return sec
 
 
@@ -1192,20 +1676,27 @@ def _straggler_sentences(run: RunView, slow: dict[int, str]) -> list[str]:
         desc = []
         for st in cfg.stragglers:
             knobs = [f"{k}={getattr(st, k)}" for k in ("cpu", "link_mbit") if getattr(st, k) is not None]
-            knobs += [f"{k}={getattr(st, k)}" for k, neutral in (("slow_every", 0), ("slow_factor", 1.0),
-                                                                  ("compute_factor", 1.0))
-                      if getattr(st, k) != neutral]
+            knobs += [
+                f"{k}={getattr(st, k)}"
+                for k, neutral in (("slow_every", 0), ("slow_factor", 1.0), ("compute_factor", 1.0))
+                if getattr(st, k) != neutral
+            ]
             desc.append(st.host + (f" ({', '.join(knobs)})" if knobs else ""))
-        out.append("Straggler: " + ", ".join(f"worker rank {r} ({h})" for r, h in slow.items())
-                   + f"; configured as {'; '.join(desc)}.")
+        out.append(
+            "Straggler: "
+            + ", ".join(f"worker rank {r} ({h})" for r, h in slow.items())
+            + f"; configured as {'; '.join(desc)}."
+        )
         parts = []
         for s in run.present:
             by = s.summary.worker_compute_share_by_rank
             fast = [v for k, v in by.items() if int(k) not in slow]
             strag = [v for k, v in by.items() if int(k) in slow]
             if fast and strag:
-                parts.append(f"{s.name} {statistics.fmean(fast) * 100:.1f} % (straggler "
-                             f"{statistics.fmean(strag) * 100:.1f} %)")
+                parts.append(
+                    f"{s.name} {statistics.fmean(fast) * 100:.1f} % (straggler "
+                    f"{statistics.fmean(strag) * 100:.1f} %)"
+                )
         if parts:
             out.append("Fast workers' mean compute share: " + ", ".join(parts) + ".")
     for s in run.present:
@@ -1215,10 +1706,18 @@ def _straggler_sentences(run: RunView, slow: dict[int, str]) -> list[str]:
                 out.append("ssp: no step gap recorded.")
             else:
                 plural = "s" if f.ssp_max_gap != 1 else ""
-                t = (f"ssp: the fastest worker was at most {f.ssp_max_gap} step{plural} ahead of the slowest "
-                     f"(bound s={cfg.staleness})")
-                out.append(t + ("." if f.ssp_max_gap <= cfg.staleness else
-                                f"; this EXCEEDS the bound by {f.ssp_max_gap - cfg.staleness}."))
+                t = (
+                    f"ssp: the fastest worker was at most {f.ssp_max_gap} step{plural} ahead of the slowest "
+                    f"(bound s={cfg.staleness})"
+                )
+                out.append(
+                    t
+                    + (
+                        "."
+                        if f.ssp_max_gap <= cfg.staleness
+                        else f"; this EXCEEDS the bound by {f.ssp_max_gap - cfg.staleness}."
+                    )
+                )
         if s.name == "backup":
             per = f.discarded_per_step
             if per and min(per) == max(per):
@@ -1234,26 +1733,44 @@ def _straggler_sentences(run: RunView, slow: dict[int, str]) -> list[str]:
             total = sum(f.staleness_histogram.values())
             stale = total - f.staleness_histogram.get("0", 0)
             mean = fmt(f.staleness_mean, "f2")
-            out.append(f"async: {stale} of {total} applied updates were stale (mean staleness {mean}, max "
-                       f"{f.staleness_max}).")
+            out.append(
+                f"async: {stale} of {total} applied updates were stale (mean staleness {mean}, max "
+                f"{f.staleness_max})."
+            )
     return out or ["No straggler was configured; the strategies below are the ones made for stragglers."]
 
 
 SECTIONS: list[Callable[[RunView], Section | None]] = [
-    findings, comparison, iteration_time, cures, ps_queue, drops_over_time, goodput, utilisation,
-    bytes_per_link, fidelity, faults_and_events, stragglers,
+    findings,
+    comparison,
+    iteration_time,
+    cures,
+    ps_queue,
+    drops_over_time,
+    goodput,
+    utilisation,
+    bytes_per_link,
+    fidelity,
+    faults_and_events,
+    stragglers,
 ]
 
 
 def facts(run: RunView) -> list[str]:
     """The run's parameters in one line."""
     cfg, fab = run.config, run.config.fabric
-    out = [f"strategies {', '.join(cfg.strategies)}", f"{cfg.n_workers} workers", f"{cfg.steps} steps",
-           f"gradient {cfg.grad_mb:g} MiB", f"batch {cfg.batch}",
-           f"fabric {fab.spines} spines x {fab.leaves} leaves x {fab.hosts_per_leaf} hosts",
-           f"host links {fab.host_mbit:g} Mbit/s, uplinks {fab.uplink_mbit:g} Mbit/s",
-           f"switch buffers {fab.buffer_pkts} packets", f"PS {fab.ps_host} on {run.ps_port}",
-           f"capture {cfg.capture}"]
+    out = [
+        f"strategies {', '.join(cfg.strategies)}",
+        f"{cfg.n_workers} workers",
+        f"{cfg.steps} steps",
+        f"gradient {cfg.grad_mb:g} MiB",
+        f"batch {cfg.batch}",
+        f"fabric {fab.spines} spines x {fab.leaves} leaves x {fab.hosts_per_leaf} hosts",
+        f"host links {fab.host_mbit:g} Mbit/s, uplinks {fab.uplink_mbit:g} Mbit/s",
+        f"switch buffers {fab.buffer_pkts} packets",
+        f"PS {fab.ps_host} on {run.ps_port}",
+        f"capture {cfg.capture}",
+    ]
     if cfg.stragglers:
         out.append("stragglers " + ", ".join(st.host for st in cfg.stragglers))
     if cfg.faults:
@@ -1261,10 +1778,15 @@ def facts(run: RunView) -> list[str]:
     env = run.environment
     if env:
         rto = env.get("rto_min_ms")
-        out += [f"OVS {env.get('datapath', '?')} datapath", f"kernel {env.get('kernel', '?')}",
-                f"{env.get('cores', '?')} cores", f"virtualisation {env.get('virtualisation', '?')}",
-                f"TCP {env.get('cc', cfg.cc)}, minimum RTO "
-                + (f"{rto:g} ms" if _num(rto) else "?") + " (unless a variant sets its own)"]
+        out += [
+            f"OVS {env.get('datapath', '?')} datapath",
+            f"kernel {env.get('kernel', '?')}",
+            f"{env.get('cores', '?')} cores",
+            f"virtualisation {env.get('virtualisation', '?')}",
+            f"TCP {env.get('cc', cfg.cc)}, minimum RTO "
+            + (f"{rto:g} ms" if _num(rto) else "?")
+            + " (unless a variant sets its own)",
+        ]
     else:
         out.append(f"TCP {cfg.cc}")
     return out

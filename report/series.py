@@ -48,8 +48,11 @@ def loss_series(steps: dict[int, list[StepRecord]], t0: float) -> dict[str, list
         for r in recs:
             by.setdefault(r.step, []).append(r)
     ks = sorted(by)
-    return {"steps": ks, "loss": [statistics.fmean(r.loss for r in by[k]) for k in ks],
-            "t": [max(r.t_end for r in by[k]) - t0 for k in ks]}
+    return {
+        "steps": ks,
+        "loss": [statistics.fmean(r.loss for r in by[k]) for k in ks],
+        "t": [max(r.t_end for r in by[k]) - t0 for k in ks],
+    }
 
 
 def step_position(steps: dict[int, list[StepRecord]], t_abs: float) -> float | None:
@@ -77,8 +80,9 @@ def time_to_target(loss: dict[str, list[Any]], target: float) -> float | None:
 
 
 # -- controller samples ----------------------------------------------------------------------------
-def counter_rate(series: dict[str, list[QueueStatSample]], key: str, t_start: float | None, t0: float,
-                 interval: float) -> dict[str, Any]:
+def counter_rate(
+    series: dict[str, list[QueueStatSample]], key: str, t_start: float | None, t0: float, interval: float
+) -> dict[str, Any]:
     """A cumulative counter of several ports as increments per poll round, summed over the ports.
 
     Each port counts from its last sample at or before t_start (as the summary's counter deltas do),
@@ -93,14 +97,19 @@ def counter_rate(series: dict[str, list[QueueStatSample]], key: str, t_start: fl
         for i, s in enumerate(samples):
             if t_start is not None and s.t <= t_start:
                 base = i
-        for prev, s in zip(samples[base:], samples[base + 1:], strict=False):
+        for prev, s in zip(samples[base:], samples[base + 1 :], strict=False):
             inc = max(0.0, float(getattr(s, key)) - float(getattr(prev, key)))
             rounds.setdefault(round((s.t - first) / interval), []).append((s.t, inc, s.t - prev.t))
     ks = sorted(rounds)
     count = [sum(v for _, v, _ in rounds[k]) for k in ks]
     dt = [max(statistics.fmean(d for _, _, d in rounds[k]), 1e-6) for k in ks]
-    return {"t": [statistics.fmean(t for t, _, _ in rounds[k]) - t0 for k in ks], "count": count, "dt": dt,
-            "per_s": [c / d for c, d in zip(count, dt, strict=True)], "total": sum(count)}
+    return {
+        "t": [statistics.fmean(t for t, _, _ in rounds[k]) - t0 for k in ks],
+        "count": count,
+        "dt": dt,
+        "per_s": [c / d for c, d in zip(count, dt, strict=True)],
+        "total": sum(count),
+    }
 
 
 def drops_series(s: StrategyView, interval: float) -> dict[str, Any]:
@@ -123,8 +132,13 @@ def queue_occupancy(s: StrategyView, port: str, ps_port: str | None = None) -> d
     ps_port = port if ps_port is None else ps_port
     pts = [q for q in s.queue if q.port == port or (not q.port and port == ps_port)]
     vals = [q.backlog_packets for q in pts]
-    return {"port": port, "t": [q.t - t0 for q in pts], "backlog_packets": vals,
-            "max": max(vals, default=None), "samples": len(pts)}
+    return {
+        "port": port,
+        "t": [q.t - t0 for q in pts],
+        "backlog_packets": vals,
+        "max": max(vals, default=None),
+        "samples": len(pts),
+    }
 
 
 # -- the per-strategy files the summary wrote (the pcaps are read once, by analysis.summary) ----------
@@ -137,8 +151,13 @@ def retransmit_series(s: StrategyView) -> dict[str, Any] | None:
         return None  # (a file the summary did not write this time, e.g. the captures are gone, is stale)
     bin_s, counts = float(doc["bin_s"]), [int(c) for c in doc.get("counts") or []]
     start = float(doc.get("t0") or 0.0) - t0
-    return {"bin_s": bin_s, "t": [start + i * bin_s for i in range(len(counts))], "retransmits": counts,
-            "retransmits_per_s": [c / bin_s for c in counts], "retransmits_total": sum(counts)}
+    return {
+        "bin_s": bin_s,
+        "t": [start + i * bin_s for i in range(len(counts))],
+        "retransmits": counts,
+        "retransmits_per_s": [c / bin_s for c in counts],
+        "retransmits_total": sum(counts),
+    }
 
 
 def goodput_series(s: StrategyView) -> dict[str, Any] | None:
@@ -147,21 +166,36 @@ def goodput_series(s: StrategyView) -> dict[str, Any] | None:
     incoming flows. `bytes` per receiver is the file's total (the summary's
     delivered_bytes_by_receiver); the series are Mbit/s per bin. None without the file."""
     doc, t0 = s.goodput_timeline, s.t0
-    if not doc or t0 is None or not doc.get("bin_s") or not doc.get("by_receiver") or \
-            s.summary.delivered_bytes is None:
+    if (
+        not doc
+        or t0 is None
+        or not doc.get("bin_s")
+        or not doc.get("by_receiver")
+        or s.summary.delivered_bytes is None
+    ):
         return None
     bin_s = float(doc["bin_s"])
     start = float(doc.get("t0") or t0) - t0
-    receivers = {h: {"bytes": int(r.get("bytes") or 0), "mbit_s": [float(x) for x in r.get("mbit_s") or []]}
-                 for h, r in sorted(doc["by_receiver"].items(), key=lambda kv: _natural(kv[0]))}
+    receivers = {
+        h: {"bytes": int(r.get("bytes") or 0), "mbit_s": [float(x) for x in r.get("mbit_s") or []]}
+        for h, r in sorted(doc["by_receiver"].items(), key=lambda kv: _natural(kv[0]))
+    }
     n = max((len(r["mbit_s"]) for r in receivers.values()), default=0)
     total = [sum(r["mbit_s"][i] for r in receivers.values() if i < len(r["mbit_s"])) for i in range(n)]
-    flows = {k: [float(x) for x in v] for k, v in sorted((doc.get("flows_to_ps") or {}).items(),
-                                                        key=lambda kv: _natural(kv[0]))}
-    return {"bin_s": bin_s, "t": [start + i * bin_s for i in range(n)], "receivers": receivers,
-            "hosts": list(receivers), "goodput_mbit_s": total,
-            "goodput_bytes": [x * 1e6 * bin_s / 8 for x in total],
-            "bytes_total": sum(r["bytes"] for r in receivers.values()), "flows_to_ps": flows}
+    flows = {
+        k: [float(x) for x in v]
+        for k, v in sorted((doc.get("flows_to_ps") or {}).items(), key=lambda kv: _natural(kv[0]))
+    }
+    return {
+        "bin_s": bin_s,
+        "t": [start + i * bin_s for i in range(n)],
+        "receivers": receivers,
+        "hosts": list(receivers),
+        "goodput_mbit_s": total,
+        "goodput_bytes": [x * 1e6 * bin_s / 8 for x in total],
+        "bytes_total": sum(r["bytes"] for r in receivers.values()),
+        "flows_to_ps": flows,
+    }
 
 
 def rto_series(s: StrategyView) -> list[dict[str, Any]]:
@@ -170,13 +204,20 @@ def rto_series(s: StrategyView) -> list[dict[str, Any]]:
     t0 = s.t0
     if t0 is None or s.summary.tcp_timeouts_pcap is None:
         return []
-    return [{"t": float(e["t"]) - t0, "host": str(e.get("host", "")), "flow": str(e.get("flow", "")),
-             "kind": str(e.get("kind", "rto")), "idle_s": float(e.get("idle_s") or 0.0)}
-            for e in s.rto_events]
+    return [
+        {
+            "t": float(e["t"]) - t0,
+            "host": str(e.get("host", "")),
+            "flow": str(e.get("flow", "")),
+            "kind": str(e.get("kind", "rto")),
+            "idle_s": float(e.get("idle_s") or 0.0),
+        }
+        for e in s.rto_events
+    ]
 
 
 def flow_label(flow: str, host_of: dict[str, str]) -> str:
-    """"10.0.0.2:35026-10.0.0.1:29600" -> "h2:35026" (the sender and its port: goodput_timeline.json's
+    """ "10.0.0.2:35026-10.0.0.1:29600" -> "h2:35026" (the sender and its port: goodput_timeline.json's
     key of a flow to the PS)."""
     src = flow.split("-", 1)[0]
     ip, _, port = src.rpartition(":")
@@ -191,9 +232,15 @@ def dequeue_cdf(s: StrategyView) -> dict[str, Any] | None:
     measured = s.summary.fidelity.get("dequeue_port")
     if not d or not d.get("cdf_x") or not d.get("cdf_y") or d.get("port") != measured:
         return None  # none, or not the one the summary's check measured
-    return {"port": d.get("port"), "x": [float(v) for v in d["cdf_x"]], "y": [float(v) for v in d["cdf_y"]],
-            "median": d.get("median_ratio"), "gaps": d.get("gaps"), "percentiles": d.get("percentiles") or {},
-            "rate_bps": d.get("rate_bps")}
+    return {
+        "port": d.get("port"),
+        "x": [float(v) for v in d["cdf_x"]],
+        "y": [float(v) for v in d["cdf_y"]],
+        "median": d.get("median_ratio"),
+        "gaps": d.get("gaps"),
+        "percentiles": d.get("percentiles") or {},
+        "rate_bps": d.get("rate_bps"),
+    }
 
 
 def cpu_series(s: StrategyView) -> dict[str, Any] | None:
@@ -207,9 +254,13 @@ def cpu_series(s: StrategyView) -> dict[str, Any] | None:
         return None
     ncores = max(len(c.cores) for c in inside)
     cores = [[c.cores[k] if k < len(c.cores) else None for c in inside] for k in range(ncores)]
-    return {"t": [c.t - t0 for c in inside], "cores": cores,
-            "mean": [sum(c.cores) / len(c.cores) for c in inside],
-            "switch": [c.switch for c in inside], "start": window[0] - t0}
+    return {
+        "t": [c.t - t0 for c in inside],
+        "cores": cores,
+        "mean": [sum(c.cores) / len(c.cores) for c in inside],
+        "switch": [c.switch for c in inside],
+        "start": window[0] - t0,
+    }
 
 
 # -- link utilisation against capacity -----------------------------------------------------------------
@@ -222,18 +273,50 @@ def link_rows(run: RunView) -> list[dict[str, Any]]:
     rows = []
     for h in sorted(plan.hosts, key=lambda h: h.index):
         ps = " (PS port)" if h.leaf_port == run.ps_port else ""
-        rows.append({"link": h.nic, "kind": "host", "port": h.leaf_port, "counter": "rx_bytes",
-                     "label": f"host {h.name} up: {h.nic}", "rate_mbit": h.rate_mbit})
-        rows.append({"link": h.leaf_port, "kind": "host", "port": h.leaf_port, "counter": "tx_bytes",
-                     "label": f"host {h.name} down: {h.leaf_port}{ps}", "rate_mbit": h.rate_mbit})
+        rows.append(
+            {
+                "link": h.nic,
+                "kind": "host",
+                "port": h.leaf_port,
+                "counter": "rx_bytes",
+                "label": f"host {h.name} up: {h.nic}",
+                "rate_mbit": h.rate_mbit,
+            }
+        )
+        rows.append(
+            {
+                "link": h.leaf_port,
+                "kind": "host",
+                "port": h.leaf_port,
+                "counter": "tx_bytes",
+                "label": f"host {h.name} down: {h.leaf_port}{ps}",
+                "rate_mbit": h.rate_mbit,
+            }
+        )
     for ln in plan.links:
         if ln.kind != "uplink":
             continue
         a, b = f"{ln.a}-eth{ln.a_port}", f"{ln.b}-eth{ln.b_port}"
-        rows.append({"link": a, "kind": "uplink", "label": f"uplink {ln.a}>{ln.b}: {a}", "port": a,
-                     "counter": "tx_bytes", "rate_mbit": ln.rate_mbit})
-        rows.append({"link": b, "kind": "uplink", "label": f"uplink {ln.b}>{ln.a}: {b}", "port": b,
-                     "counter": "tx_bytes", "rate_mbit": ln.rate_mbit})
+        rows.append(
+            {
+                "link": a,
+                "kind": "uplink",
+                "label": f"uplink {ln.a}>{ln.b}: {a}",
+                "port": a,
+                "counter": "tx_bytes",
+                "rate_mbit": ln.rate_mbit,
+            }
+        )
+        rows.append(
+            {
+                "link": b,
+                "kind": "uplink",
+                "label": f"uplink {ln.b}>{ln.a}: {b}",
+                "port": b,
+                "counter": "tx_bytes",
+                "rate_mbit": ln.rate_mbit,
+            }
+        )
     return rows
 
 
@@ -265,8 +348,11 @@ def utilisation_series(run: RunView, s: StrategyView, interval: float) -> dict[s
     rounds = poll_rounds(s, interval)
     before = [t for t in rounds if t <= 0.0]
     after = [t for t in rounds if t >= end]
-    edges = ([before[-1]] if before else []) + [t for t in rounds if 0.0 < t < end] + \
-        ([after[0]] if after else [])
+    edges = (
+        ([before[-1]] if before else [])
+        + [t for t in rounds if 0.0 < t < end]
+        + ([after[0]] if after else [])
+    )
     if len(edges) < 2:
         return None
     t0 = s.t0
@@ -286,9 +372,17 @@ def utilisation_series(run: RunView, s: StrategyView, interval: float) -> dict[s
         mean[row["link"]] = float((at[-1] - at[0]) * 8 / (cap * end))
     if not rows:
         return None
-    return {"links": [r["link"] for r in rows], "labels": [r["label"] for r in rows],
-            "kinds": [r["kind"] for r in rows], "rate_mbit": [r["rate_mbit"] for r in rows],
-            "edges": [float(x) for x in edges], "util": util, "mean": mean, "interval": interval, "end": end}
+    return {
+        "links": [r["link"] for r in rows],
+        "labels": [r["label"] for r in rows],
+        "kinds": [r["kind"] for r in rows],
+        "rate_mbit": [r["rate_mbit"] for r in rows],
+        "edges": [float(x) for x in edges],
+        "util": util,
+        "mean": mean,
+        "interval": interval,
+        "end": end,
+    }
 
 
 def _natural(name: str) -> list[Any]:
@@ -314,7 +408,7 @@ class Mark:
 
 
 def fault_label(f: FaultRecord) -> str:
-    """"link-down lf1-eth1 down"."""
+    """ "link-down lf1-eth1 down"."""
     bits = [f.kind or f.event or "fault"]
     if f.target:
         bits.append(f.target)

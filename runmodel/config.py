@@ -18,8 +18,16 @@ from runmodel.fabric import FabricSpec, Plan, build_plan
 from runmodel.params import ParamError, number, param, refuse_unknown, whole
 from runmodel.strategy import COLLECTIVES, CONGESTION_CONTROLS, JOB, KINDS, PS_FAMILY, StrategySpec
 
-__all__ = ["COLLECTIVES", "PS_FAMILY", "ControllerOptions", "ExperimentConfig", "RunEnvironment", "Straggler",
-           "StrategySpec", "load_scenario"]
+__all__ = [
+    "COLLECTIVES",
+    "PS_FAMILY",
+    "ControllerOptions",
+    "ExperimentConfig",
+    "RunEnvironment",
+    "Straggler",
+    "StrategySpec",
+    "load_scenario",
+]
 
 CAPTURES = ("all", "ps-port", "none")
 
@@ -29,8 +37,15 @@ def split_commas(text: str) -> tuple[str, ...]:
     return tuple(s.strip() for s in text.split(",") if s.strip())
 
 
-STRAGGLER_KNOBS = {"cpu": float, "link_mbit": float, "slow_every": int, "slow_factor": float,
-                   "compute_factor": float, "cpuset": str, "mem_mb": float}
+STRAGGLER_KNOBS = {
+    "cpu": float,
+    "link_mbit": float,
+    "slow_every": int,
+    "slow_factor": float,
+    "compute_factor": float,
+    "cpuset": str,
+    "mem_mb": float,
+}
 DOCKER_ONLY_KNOBS = ("cpuset", "mem_mb")  # limits only a container host has
 
 
@@ -80,11 +95,14 @@ class Straggler:
         if rate is not None and not (isinstance(rate, int | float) and rate > 0):
             raise ParamError(f"stragglers: {self.host}: link_mbit must be > 0, got {self.link_mbit}")
         if self.slow_every < 0 or self.slow_factor < 1 or self.compute_factor < 1:
-            raise ParamError(f"stragglers: {self.host}: slow_every must be >= 0, slow_factor and "
-                             "compute_factor >= 1")
+            raise ParamError(
+                f"stragglers: {self.host}: slow_every must be >= 0, slow_factor and compute_factor >= 1"
+            )
         if self.cpuset is not None and not re.fullmatch(r"\d+(-\d+)?", str(self.cpuset)):
-            raise ParamError(f"stragglers: {self.host}: cpuset must be a core or a range, e.g. 1 or 0-1, "
-                             f"got {self.cpuset!r}")
+            raise ParamError(
+                f"stragglers: {self.host}: cpuset must be a core or a range, e.g. 1 or 0-1, "
+                f"got {self.cpuset!r}"
+            )
         mem = self.mem_mb
         if mem is not None and not (isinstance(mem, int | float) and mem >= 6):
             raise ParamError(f"stragglers: {self.host}: mem_mb must be >= 6 (docker's least), got {mem}")
@@ -99,8 +117,10 @@ class Straggler:
 class ControllerOptions:
     """Where the controller listens and how often it polls the switches."""
 
-    api_host: str = param("127.0.0.1", "controller API/dashboard listen address (anything but "
-                          "loopback exposes the unauthenticated API)")
+    api_host: str = param(
+        "127.0.0.1",
+        "controller API/dashboard listen address (anything but loopback exposes the unauthenticated API)",
+    )
     api_port: int = param(8080, "controller API/dashboard port")
     of_host: str = param("127.0.0.1", "OpenFlow listen address (the switches connect over loopback)")
     of_port: int = param(6653, "OpenFlow port")
@@ -136,10 +156,14 @@ class ExperimentConfig:
     fabric: FabricSpec = param(factory=FabricSpec, cli=False)
     controller: ControllerOptions = param(factory=ControllerOptions, cli=False)
     workers: int = param(0, "number of workers (0: every host but the PS)")
-    strategies: tuple[str, ...] = param(("ps", "ring"), "comma-separated: " + ",".join(KINDS) + "; a "
-                                        "variant takes options, e.g. ps:shards=4, ps:rto_min_ms=1, "
-                                        "ring:cc=bbr, ps:shards=2:placement=colocated",
-                                        parse=split_commas, metavar="S1,S2")
+    strategies: tuple[str, ...] = param(
+        ("ps", "ring"),
+        "comma-separated: " + ",".join(KINDS) + "; a "
+        "variant takes options, e.g. ps:shards=4, ps:rto_min_ms=1, "
+        "ring:cc=bbr, ps:shards=2:placement=colocated",
+        parse=split_commas,
+        metavar="S1,S2",
+    )
     steps: int = param(10, "training steps per strategy")
     grad_mb: float = param(0.5, "gradient size, MiB of float32 (what each worker exchanges per step)")
     batch: int = param(32, "samples per worker per step")
@@ -148,23 +172,37 @@ class ExperimentConfig:
     seed: int = param(0, "random seed (the same for every strategy)")
     staleness: int = param(2, "SSP bound s: the fastest worker may lead the slowest by s steps")
     backup: int = param(1, "backup workers b: the backup strategy drops the b slowest each step")
-    capture: str = param("all", "packet capture: every host and the PS port, the PS port only, or none",
-                         choices=CAPTURES)
+    capture: str = param(
+        "all", "packet capture: every host and the PS port, the PS port only, or none", choices=CAPTURES
+    )
     snaplen: int = param(128, "bytes kept per captured packet")
     queue_sample_ms: float = param(10.0, "queue backlog sampling interval, ms")
     cc: str = param("cubic", "TCP congestion control in every host", choices=CONGESTION_CONTROLS)
     timeout: float = param(60.0, "seconds a silent peer may take before the run fails")
     run_timeout: float = param(900.0, "seconds one strategy may take at most")
     target_loss: float | None = param(None, "loss for the report's time-to-target (default: none)")
-    faults: tuple[str, ...] = param((), "inject a fault, e.g. link-down:lf1-eth1@5s, kill-worker:2@step3, "
-                                    "controller-restart@4s (repeatable)", flag="--fault", repeat=True,
-                                    metavar="KIND[:TARGET]@WHEN")
-    stragglers: tuple[Straggler, ...] = param((), "slow a worker, e.g. h3:cpu=0.25 or "
-                                              "h3:slow_every=3,slow_factor=4 (repeatable)",
-                                              flag="--straggler", repeat=True, parse=Straggler.parse,
-                                              metavar="HOST:FIELD=V,...")
-    job_image: str = param("", "the image of the job strategy's containers, one per worker host (incastlab "
-                           "job --image; it must exist here)", flag="--image", metavar="IMAGE")
+    faults: tuple[str, ...] = param(
+        (),
+        "inject a fault, e.g. link-down:lf1-eth1@5s, kill-worker:2@step3, controller-restart@4s (repeatable)",
+        flag="--fault",
+        repeat=True,
+        metavar="KIND[:TARGET]@WHEN",
+    )
+    stragglers: tuple[Straggler, ...] = param(
+        (),
+        "slow a worker, e.g. h3:cpu=0.25 or h3:slow_every=3,slow_factor=4 (repeatable)",
+        flag="--straggler",
+        repeat=True,
+        parse=Straggler.parse,
+        metavar="HOST:FIELD=V,...",
+    )
+    job_image: str = param(
+        "",
+        "the image of the job strategy's containers, one per worker host (incastlab "
+        "job --image; it must exist here)",
+        flag="--image",
+        metavar="IMAGE",
+    )
     job_command: tuple[str, ...] = param((), cli=False)  # the job's command line: `incastlab job ... -- CMD`
     name: str = param("", cli=False)
     description: str = param("", cli=False)
@@ -187,8 +225,11 @@ class ExperimentConfig:
         k = spec.shards
         if k <= leaves:  # one per leaf, the leaves spread evenly over the fabric
             return [f"h{((leaf0 + (i * leaves) // k) % leaves) * per + offset + 1}" for i in range(k)]
-        order = [f"h{((leaf0 + j) % leaves) * per + (offset + r) % per + 1}"
-                 for r in range(per) for j in range(leaves)]
+        order = [
+            f"h{((leaf0 + j) % leaves) * per + (offset + r) % per + 1}"
+            for r in range(per)
+            for j in range(leaves)
+        ]
         return order[:k]
 
     @property
@@ -229,9 +270,11 @@ class ExperimentConfig:
 
     def plan(self) -> Plan:
         """The wiring plan, stragglers' slower links and CPU caps included."""
-        return build_plan(self.fabric,
-                          host_mbit={s.host: s.link_mbit for s in self.stragglers if s.link_mbit is not None},
-                          host_cpu={s.host: s.cpu for s in self.stragglers if s.cpu is not None})
+        return build_plan(
+            self.fabric,
+            host_mbit={s.host: s.link_mbit for s in self.stragglers if s.link_mbit is not None},
+            host_cpu={s.host: s.cpu for s in self.stragglers if s.cpu is not None},
+        )
 
     def straggler(self, host: str) -> Straggler | None:
         """The straggler settings of a host, if it is one."""
@@ -245,13 +288,17 @@ class ExperimentConfig:
             raise ParamError("strategies: name at least one")
         for spec in self.strategy_specs:
             if spec.dedicated_shards > self.fabric.n_hosts - 2:
-                raise ParamError(f"strategies: {spec.name}: {spec.shards} shards need {spec.shards} PS hosts "
-                                 f"and 2 workers, the fabric has {self.fabric.n_hosts} hosts")
+                raise ParamError(
+                    f"strategies: {spec.name}: {spec.shards} shards need {spec.shards} PS hosts "
+                    f"and 2 workers, the fabric has {self.fabric.n_hosts} hosts"
+                )
         whole("workers", self.workers, 0)
         others = self.candidate_hosts
         if self.workers > len(others):
-            raise ParamError(f"workers must be 1..{len(others)} (hosts but the PS hosts "
-                             f"{', '.join(self.server_hosts)}), got {self.workers}")
+            raise ParamError(
+                f"workers must be 1..{len(others)} (hosts but the PS hosts "
+                f"{', '.join(self.server_hosts)}), got {self.workers}"
+            )
         n = self.n_workers
         if n < 2:
             raise ParamError(f"workers: data-parallel training needs at least 2 workers, got {n}")
@@ -260,12 +307,13 @@ class ExperimentConfig:
             raise ParamError("strategies: each strategy may appear once")
         for spec in self.strategy_specs:
             if spec.placement == "colocated" and spec.shards > n:
-                raise ParamError(f"strategies: {spec.name}: colocated shards must be at most the "
-                                 f"{n} workers")
+                raise ParamError(f"strategies: {spec.name}: colocated shards must be at most the {n} workers")
         if any(spec.kind == JOB for spec in self.strategy_specs):
             if not self.job_command or not all(isinstance(a, str) and a for a in self.job_command):
-                raise ParamError("job: give the command to run in every worker container after --, e.g. "
-                                 "incastlab job --image IMAGE -- python3 train.py")
+                raise ParamError(
+                    "job: give the command to run in every worker container after --, e.g. "
+                    "incastlab job --image IMAGE -- python3 train.py"
+                )
             if not isinstance(self.job_image, str) or not self.job_image.strip():
                 raise ParamError("job: --image IMAGE names the image of the job's containers")
         whole("steps", self.steps, 1)
@@ -277,8 +325,9 @@ class ExperimentConfig:
         if not isinstance(self.staleness, int) or self.staleness < 0:
             raise ParamError(f"staleness (ssp bound s) must be >= 0, got {self.staleness}")
         if not isinstance(self.backup, int) or not 0 <= self.backup < n:
-            raise ParamError(f"backup (b backup workers) must be in [0, {n - 1}] for {n} workers, "
-                             f"got {self.backup}")
+            raise ParamError(
+                f"backup (b backup workers) must be in [0, {n - 1}] for {n} workers, got {self.backup}"
+            )
         if self.capture not in CAPTURES:
             raise ParamError(f"capture must be all, ps-port or none, got {self.capture!r}")
         whole("snaplen", self.snaplen, 16, 65535)
@@ -299,8 +348,10 @@ class ExperimentConfig:
         if any(spec.kind == JOB for spec in self.strategy_specs):
             by_step = [text for text, f in zip(self.faults, faults, strict=True) if f.at_step is not None]
             if by_step:  # a job's steps are read off its traffic afterwards, not known while it runs
-                raise ParamError(f"faults: {by_step[0]!r}: a job's faults are timed in seconds "
-                                 f"(e.g. @5s), its steps are not known while it runs")
+                raise ParamError(
+                    f"faults: {by_step[0]!r}: a job's faults are timed in seconds "
+                    f"(e.g. @5s), its steps are not known while it runs"
+                )
 
     def parsed_faults(self) -> list[Any]:
         """The fault specs, checked against the fabric."""
@@ -329,23 +380,40 @@ class ExperimentConfig:
     @classmethod
     def from_dict(cls, doc: dict[str, Any], where: str = "config") -> ExperimentConfig:
         """A config from config.json or a scenario (unknown fields refused by name)."""
-        doc = parse_run_fields(doc, cls, where, derived=("schema", "worker_hosts", "scenario", "environment"),
-                               lists=("strategies", "faults", "job_command"), comma=("strategies",))
+        doc = parse_run_fields(
+            doc,
+            cls,
+            where,
+            derived=("schema", "worker_hosts", "scenario", "environment"),
+            lists=("strategies", "faults", "job_command"),
+            comma=("strategies",),
+        )
         if "stragglers" in doc:
             if not isinstance(doc["stragglers"], list | tuple):
                 raise ParamError(f"{where}: stragglers must be a list")
             doc["stragglers"] = tuple(Straggler.from_dict(s) for s in doc["stragglers"])
         return cls(**doc)
 
-    def overridden(self, fabric: dict[str, Any], controller: dict[str, Any],
-                   top: dict[str, Any]) -> ExperimentConfig:
+    def overridden(
+        self, fabric: dict[str, Any], controller: dict[str, Any], top: dict[str, Any]
+    ) -> ExperimentConfig:
         """This config with the given fields replaced (the flags given on a command line)."""
-        return replace(self, fabric=replace(self.fabric, **fabric),
-                       controller=replace(self.controller, **controller), **top)
+        return replace(
+            self,
+            fabric=replace(self.fabric, **fabric),
+            controller=replace(self.controller, **controller),
+            **top,
+        )
 
 
-def parse_run_fields(doc: dict[str, Any], cls: type, where: str, derived: tuple[str, ...],
-                     lists: tuple[str, ...], comma: tuple[str, ...] = ()) -> dict[str, Any]:
+def parse_run_fields(
+    doc: dict[str, Any],
+    cls: type,
+    where: str,
+    derived: tuple[str, ...],
+    lists: tuple[str, ...],
+    comma: tuple[str, ...] = (),
+) -> dict[str, Any]:
     """A run config's JSON object as keyword arguments of `cls` (ExperimentConfig, IncastConfig):
     the fields written for readers only (`derived`) dropped, unknown ones refused by name, fabric and
     controller parsed, a JSON list in `lists` (or, for those in `comma`, a comma-separated string)

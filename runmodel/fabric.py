@@ -28,17 +28,22 @@ class FabricSpec:
     hosts_per_leaf: int = param(2, "hosts under each leaf")
     host_mbit: float = param(20.0, "host link rate, Mbit/s")
     uplink_mbit: float = param(20.0, "leaf-spine link rate, Mbit/s")
-    buffer_pkts: int = param(20, "switch port buffer, packets (txqueuelen and the port's HTB queue)",
-                             aliases=("--buffer",))
+    buffer_pkts: int = param(
+        20, "switch port buffer, packets (txqueuelen and the port's HTB queue)", aliases=("--buffer",)
+    )
     ps_host: str = param("h1", "parameter-server host")
     host_buffer_pkts: int = param(1000, "host NIC queue, packets (deep, so drops happen in the switches)")
     delay_ms: float = param(0.0, "host link one-way delay, ms (needs the sch_netem qdisc)")
     loss_pct: float = param(0.0, "host link random loss, % (needs the sch_netem qdisc)")
-    datapath: str = param("auto", "OVS datapath: kernel if its module is there (auto), else user",
-                          choices=DATAPATHS)
-    runtime: str = param("auto", "what each host is: a Docker container (docker), a network namespace "
-                         "(netns), or docker when dockerd answers and the worker image is built (auto)",
-                         choices=RUNTIMES)
+    datapath: str = param(
+        "auto", "OVS datapath: kernel if its module is there (auto), else user", choices=DATAPATHS
+    )
+    runtime: str = param(
+        "auto",
+        "what each host is: a Docker container (docker), a network namespace "
+        "(netns), or docker when dockerd answers and the worker image is built (auto)",
+        choices=RUNTIMES,
+    )
 
     def __post_init__(self) -> None:
         self.validate()
@@ -228,22 +233,31 @@ class Plan:
 
     def to_dict(self) -> dict[str, Any]:
         """plan.json (and the bulk of /api/topology)."""
-        return {"spec": self.spec.to_dict(), "switches": [asdict(s) for s in self.switches],
-                "hosts": [asdict(h) for h in self.hosts], "links": [asdict(ln) for ln in self.links],
-                "ps_host": self.ps_host, "ps_port": asdict(self.ps_port)}
+        return {
+            "spec": self.spec.to_dict(),
+            "switches": [asdict(s) for s in self.switches],
+            "hosts": [asdict(h) for h in self.hosts],
+            "links": [asdict(ln) for ln in self.links],
+            "ps_host": self.ps_host,
+            "ps_port": asdict(self.ps_port),
+        }
 
     @classmethod
     def from_dict(cls, doc: dict[str, Any]) -> Plan:
         """The plan from plan.json."""
-        return cls(spec=FabricSpec.from_dict(doc["spec"]),
-                   switches=tuple(SwitchPlan(**s) for s in doc["switches"]),
-                   hosts=tuple(HostPlan(**h) for h in doc["hosts"]),
-                   links=tuple(LinkPlan(**ln) for ln in doc["links"]),
-                   ps_host=doc["ps_host"], ps_port=PortRef(**doc["ps_port"]))
+        return cls(
+            spec=FabricSpec.from_dict(doc["spec"]),
+            switches=tuple(SwitchPlan(**s) for s in doc["switches"]),
+            hosts=tuple(HostPlan(**h) for h in doc["hosts"]),
+            links=tuple(LinkPlan(**ln) for ln in doc["links"]),
+            ps_host=doc["ps_host"],
+            ps_port=PortRef(**doc["ps_port"]),
+        )
 
 
-def build_plan(spec: FabricSpec, host_mbit: dict[str, float] | None = None,
-               host_cpu: dict[str, float] | None = None) -> Plan:
+def build_plan(
+    spec: FabricSpec, host_mbit: dict[str, float] | None = None, host_cpu: dict[str, float] | None = None
+) -> Plan:
     """The wiring plan of a spec; `host_mbit`/`host_cpu` slow single hosts (stragglers)."""
     host_mbit, host_cpu = host_mbit or {}, host_cpu or {}
     for what, table in (("link_mbit", host_mbit), ("cpu", host_cpu)):
@@ -262,9 +276,26 @@ def build_plan(spec: FabricSpec, host_mbit: dict[str, float] | None = None,
             name = f"h{index}"
             rate = float(host_mbit.get(name, spec.host_mbit))
             port = spec.spines + k + 1
-            hosts.append(HostPlan(name, index, host_ip(index), host_mac(index), lname, port,
-                                  name == spec.ps_host, rate, host_cpu.get(name)))
+            hosts.append(
+                HostPlan(
+                    name,
+                    index,
+                    host_ip(index),
+                    host_mac(index),
+                    lname,
+                    port,
+                    name == spec.ps_host,
+                    rate,
+                    host_cpu.get(name),
+                )
+            )
             links.append(LinkPlan(lname, port, name, 0, "host", rate))
     ps = next(h for h in hosts if h.ps)
-    return Plan(spec, tuple(switches), tuple(hosts), tuple(links), spec.ps_host,
-                PortRef(ps.leaf, ps.port, ps.leaf_port))
+    return Plan(
+        spec,
+        tuple(switches),
+        tuple(hosts),
+        tuple(links),
+        spec.ps_host,
+        PortRef(ps.leaf, ps.port, ps.leaf_port),
+    )

@@ -16,8 +16,10 @@ from runmodel.fabric import Plan
 from runmodel.params import ParamError
 
 KINDS = ("link-down", "link-up", "flap", "kill-worker", "controller-restart", "controller-kill", "cpu")
-_SPEC_RE = re.compile(r"^(?P<kind>[a-z-]+)(?::(?P<target>[^@]+))?"
-                      r"@(?:(?P<sec>\d+(?:\.\d+)?)s?|step(?P<step>\d+))$")
+_SPEC_RE = re.compile(
+    r"^(?P<kind>[a-z-]+)(?::(?P<target>[^@]+))?"
+    r"@(?:(?P<sec>\d+(?:\.\d+)?)s?|step(?P<step>\d+))$"
+)
 
 
 @dataclass(frozen=True)
@@ -55,13 +57,19 @@ def parse_fault(text: str, plan: Plan, workers: int) -> Fault:
     """Parse `KIND:TARGET@WHEN`; refuse targets that do not exist, naming them."""
     m = _SPEC_RE.match(text.strip())
     if not m:
-        raise ParamError(f"fault {text!r}: expected KIND:TARGET@<seconds>s or KIND:TARGET@step<N>, "
-                         f"e.g. link-down:lf1-eth1@5s or kill-worker:2@step3")
+        raise ParamError(
+            f"fault {text!r}: expected KIND:TARGET@<seconds>s or KIND:TARGET@step<N>, "
+            f"e.g. link-down:lf1-eth1@5s or kill-worker:2@step3"
+        )
     kind, target = m["kind"], (m["target"] or "").strip()
     if kind not in KINDS:
         raise ParamError(f"fault {text!r}: unknown kind {kind!r} (known: {', '.join(KINDS)})")
-    fault = Fault(kind, target, at_s=float(m["sec"]) if m["sec"] else None,
-                  at_step=int(m["step"]) if m["step"] else None)
+    fault = Fault(
+        kind,
+        target,
+        at_s=float(m["sec"]) if m["sec"] else None,
+        at_step=int(m["step"]) if m["step"] else None,
+    )
     if kind in ("link-down", "link-up", "flap") and target not in plan.port_names():
         raise ParamError(f"fault {text!r}: no switch port {target!r} (e.g. lf1-eth1 is lf1's uplink to sp1)")
     if kind == "kill-worker":
@@ -72,8 +80,9 @@ def parse_fault(text: str, plan: Plan, workers: int) -> Fault:
     if kind == "cpu":
         host, sep, raw = target.partition("=")
         if not sep or host not in plan.host_names:
-            raise ParamError(f"fault {text!r}: cpu needs HOST=SHARE with a host of the fabric, "
-                             "e.g. cpu:h3=0.25@step4")
+            raise ParamError(
+                f"fault {text!r}: cpu needs HOST=SHARE with a host of the fabric, e.g. cpu:h3=0.25@step4"
+            )
         try:
             share = float(raw)
         except ValueError:

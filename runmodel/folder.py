@@ -79,8 +79,9 @@ class StrategyFolder:
     status_file = property(lambda self: self.path / "status.json", doc="how the strategy ended")
     timeseries_file = property(lambda self: self.path / "timeseries.jsonl", doc="controller samples")
     queue_depth_file = property(lambda self: self.path / "queue_depth.jsonl", doc="qdisc samples")
-    queue_depth_summary_file = property(lambda self: self.path / "queue_depth_summary.json",
-                                        doc="the sampler's own account")
+    queue_depth_summary_file = property(
+        lambda self: self.path / "queue_depth_summary.json", doc="the sampler's own account"
+    )
     capture_file = property(lambda self: self.path / "capture.json", doc="tcpdump's counters")
     pcap_dir = property(lambda self: self.path / "pcap", doc="one pcap per capture point")
     hosts_file = property(lambda self: self.path / "hosts.json", doc="kernel counters per host")

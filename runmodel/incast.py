@@ -333,8 +333,14 @@ class IncastConfig:
     @classmethod
     def from_dict(cls, doc: dict[str, Any], where: str = "config") -> IncastConfig:
         """From config.json or a scenario file (unknown fields refused by name)."""
-        doc = parse_run_fields(doc, cls, where, lists=("lines",), comma=("lines",),
-                               derived=("schema", "kind", "environment", "scenario", "not_run"))
+        doc = parse_run_fields(
+            doc,
+            cls,
+            where,
+            lists=("lines",),
+            comma=("lines",),
+            derived=("schema", "kind", "environment", "scenario", "not_run"),
+        )
         if isinstance(doc.get("senders"), str):
             doc["senders"] = parse_senders(doc["senders"])
         if "senders" in doc:

@@ -106,22 +106,45 @@ class JobSpec:
         return cls.from_dict(json.loads(Path(path).read_text()))
 
 
-def job_for(cfg: ExperimentConfig, plan: Plan, spec: StrategySpec, index: int,
-            folder: StrategyFolder) -> JobSpec:
+def job_for(
+    cfg: ExperimentConfig, plan: Plan, spec: StrategySpec, index: int, folder: StrategyFolder
+) -> JobSpec:
     """The job of the `index`-th strategy of the run, its logs in its folder."""
     ranks = []
     for rank, host in enumerate(cfg.worker_hosts):
         st = cfg.straggler(host)
-        ranks.append(RankJob(rank, host, plan.host(host).nic,
-                             slow_every=st.slow_every if st else 0,
-                             slow_factor=st.slow_factor if st else 1.0,
-                             compute_factor=st.compute_factor if st else 1.0,
-                             log=str(folder.worker_log(rank))))
+        ranks.append(
+            RankJob(
+                rank,
+                host,
+                plan.host(host).nic,
+                slow_every=st.slow_every if st else 0,
+                slow_factor=st.slow_factor if st else 1.0,
+                compute_factor=st.compute_factor if st else 1.0,
+                log=str(folder.worker_log(rank)),
+            )
+        )
     port = (PS_PORT if spec.uses_ps else GLOO_PORT) + index
-    shards = tuple(ShardJob(k, host, plan.host(host).ip, port, str(folder.shard_log(k)))
-                   for k, host in enumerate(cfg.shard_hosts(spec)))
+    shards = tuple(
+        ShardJob(k, host, plan.host(host).ip, port, str(folder.shard_log(k)))
+        for k, host in enumerate(cfg.shard_hosts(spec))
+    )
     master = shards[0].addr if shards else plan.host(cfg.worker_hosts[0]).ip
-    return JobSpec(strategy=spec.kind, world=cfg.n_workers, steps=cfg.steps, grad_mb=cfg.grad_mb,
-                   batch=cfg.batch, lr=cfg.lr, seed=cfg.seed, timeout=cfg.timeout, compute_ms=cfg.compute_ms,
-                   staleness=cfg.staleness, backup=cfg.backup, master_addr=master, master_port=port,
-                   ranks=tuple(ranks), shards=shards, pull=spec.pull)
+    return JobSpec(
+        strategy=spec.kind,
+        world=cfg.n_workers,
+        steps=cfg.steps,
+        grad_mb=cfg.grad_mb,
+        batch=cfg.batch,
+        lr=cfg.lr,
+        seed=cfg.seed,
+        timeout=cfg.timeout,
+        compute_ms=cfg.compute_ms,
+        staleness=cfg.staleness,
+        backup=cfg.backup,
+        master_addr=master,
+        master_port=port,
+        ranks=tuple(ranks),
+        shards=shards,
+        pull=spec.pull,
+    )

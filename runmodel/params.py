@@ -16,18 +16,35 @@ class ParamError(ValueError):
     """A parameter that cannot be; the message is one line naming the field."""
 
 
-def param(default: Any = dataclasses.MISSING, help: str = "", *, flag: str | None = None,  # noqa: A002
-          aliases: tuple[str, ...] = (), choices: tuple[Any, ...] | None = None,
-          parse: Callable[[str], Any] | None = None, metavar: str | None = None, repeat: bool = False,
-          factory: Callable[[], Any] | None = None, cli: bool = True) -> Any:
+def param(
+    default: Any = dataclasses.MISSING,
+    help: str = "",
+    *,
+    flag: str | None = None,  # noqa: A002
+    aliases: tuple[str, ...] = (),
+    choices: tuple[Any, ...] | None = None,
+    parse: Callable[[str], Any] | None = None,
+    metavar: str | None = None,
+    repeat: bool = False,
+    factory: Callable[[], Any] | None = None,
+    cli: bool = True,
+) -> Any:
     """A dataclass field with its flag: `--<name with dashes>` unless `flag` says otherwise.
 
     parse: turns the flag's text into the field's value (default: the field's type); repeat: the
     flag may be given several times, each value appended (list fields); cli=False: no flag (a
     value the run itself fills in, never a user's choice).
     """
-    meta = {"help": help, "flag": flag, "aliases": aliases, "choices": choices, "parse": parse,
-            "metavar": metavar, "repeat": repeat, "cli": cli}
+    meta = {
+        "help": help,
+        "flag": flag,
+        "aliases": aliases,
+        "choices": choices,
+        "parse": parse,
+        "metavar": metavar,
+        "repeat": repeat,
+        "cli": cli,
+    }
     if factory is not None:
         return dataclasses.field(default_factory=factory, metadata=meta)
     return dataclasses.field(default=default, metadata=meta)
@@ -74,10 +91,18 @@ def flags(cls: type) -> Iterator[Flag]:
     for f in dataclasses.fields(cls):
         if not f.metadata.get("cli", False):
             continue
-        yield Flag(owner=cls, name=f.name, flag=f.metadata.get("flag") or "--" + f.name.replace("_", "-"),
-                   aliases=tuple(f.metadata.get("aliases") or ()), help=f.metadata.get("help", ""),
-                   default=default_of(f), parse=_parser_for(f), choices=f.metadata.get("choices"),
-                   metavar=f.metadata.get("metavar"), repeat=bool(f.metadata.get("repeat")))
+        yield Flag(
+            owner=cls,
+            name=f.name,
+            flag=f.metadata.get("flag") or "--" + f.name.replace("_", "-"),
+            aliases=tuple(f.metadata.get("aliases") or ()),
+            help=f.metadata.get("help", ""),
+            default=default_of(f),
+            parse=_parser_for(f),
+            choices=f.metadata.get("choices"),
+            metavar=f.metadata.get("metavar"),
+            repeat=bool(f.metadata.get("repeat")),
+        )
 
 
 def known_fields(cls: type) -> set[str]:
@@ -103,8 +128,9 @@ def whole(name: str, value: Any, lo: int | None = None, hi: int | None = None) -
         raise ParamError(f"{name} must be <= {hi}, got {value}")
 
 
-def number(name: str, value: Any, lo: float | None = None, hi: float | None = None,
-           lo_open: bool = False) -> None:
+def number(
+    name: str, value: Any, lo: float | None = None, hi: float | None = None, lo_open: bool = False
+) -> None:
     """Refuse a value that is not a number in [lo, hi] ((lo, hi] with lo_open)."""
     if not isinstance(value, int | float) or isinstance(value, bool) or value != value:
         raise ParamError(f"{name} must be a number, got {value!r}")

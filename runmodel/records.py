@@ -272,8 +272,13 @@ class PsDone:
 
 
 PsEvent = PsUpdate | PsStep | PsRelease | PsWorkerLost | PsDone
-_PS_EVENTS: dict[str, type] = {"update": PsUpdate, "step": PsStep, "release": PsRelease,
-                               "worker_lost": PsWorkerLost, "done": PsDone}
+_PS_EVENTS: dict[str, type] = {
+    "update": PsUpdate,
+    "step": PsStep,
+    "release": PsRelease,
+    "worker_lost": PsWorkerLost,
+    "done": PsDone,
+}
 
 
 def read_ps_log(path: Path, problems: list[str] | None = None) -> list[PsEvent]:

@@ -44,8 +44,10 @@ class StrategySpec:
         for opt in opts:
             key, sep, raw = opt.partition("=")
             if not sep or key not in known:
-                raise ParamError(f"strategies: {text!r}: unknown option {key!r} "
-                                 f"(options: {', '.join(known)}; e.g. ps:shards=4)")
+                raise ParamError(
+                    f"strategies: {text!r}: unknown option {key!r} "
+                    f"(options: {', '.join(known)}; e.g. ps:shards=4)"
+                )
             try:
                 values[key] = int(raw) if key == "shards" else float(raw) if key == "rto_min_ms" else raw
             except ValueError as exc:

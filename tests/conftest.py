@@ -112,8 +112,9 @@ def have_network_tools() -> str | None:
 
 def run_cli(args: list[str], timeout: float = 300, **kw) -> subprocess.CompletedProcess[str]:
     """Run `incastlab ARGS` from the checkout, capturing its output."""
-    return subprocess.run(incastlab_cmd() + args, capture_output=True, text=True, timeout=timeout,
-                          cwd=ROOT, **kw)
+    return subprocess.run(
+        incastlab_cmd() + args, capture_output=True, text=True, timeout=timeout, cwd=ROOT, **kw
+    )
 
 
 # -- the host guard -------------------------------------------------------------------------------
@@ -136,8 +137,10 @@ def _after_guard(token: str, what: str) -> str | None:
     foreign = [p for p in left.pids if p not in ours]
     if foreign:
         kill_pids(sorted(ours))
-        return (f"{what} left {left.describe()}; processes {' '.join(map(str, foreign))} are another "
-                f"run's, so only the test's own processes were removed")
+        return (
+            f"{what} left {left.describe()}; processes {' '.join(map(str, foreign))} are another "
+            f"run's, so only the test's own processes were removed"
+        )
     remove(left)
     return f"{what} left {left.describe()}"
 
@@ -154,9 +157,11 @@ def guarded_host(what: str = "the test") -> Iterator[None]:
 
     found = find_leftovers()
     if not found.empty():
-        pytest.fail(f"refusing to start {what}: the host is not clean ({found.describe()}); another "
-                    f"experiment may be running (wait for it), or a crashed one needs `sudo incastlab clean`",
-                    pytrace=False)
+        pytest.fail(
+            f"refusing to start {what}: the host is not clean ({found.describe()}); another "
+            f"experiment may be running (wait for it), or a crashed one needs `sudo incastlab clean`",
+            pytrace=False,
+        )
     token = f"pytest-{os.getpid()}-{next(_GUARDS)}"
     saved = os.environ.get(MARKER)
     os.environ[MARKER] = token
@@ -203,7 +208,21 @@ def mitigate_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subpro
     """One short real run of PS variants (a sharded PS with its own TCP, colocated shards) and the ring."""
     results = tmp_path_factory.mktemp("mitigate")
     with guarded_host("mitigate"):
-        proc = run_cli(["compare", "--strategies", MITIGATE_VARIANTS, "--workers", "3", "--steps", "3",
-                        "--capture", "all", "--results", str(results)], timeout=900)
+        proc = run_cli(
+            [
+                "compare",
+                "--strategies",
+                MITIGATE_VARIANTS,
+                "--workers",
+                "3",
+                "--steps",
+                "3",
+                "--capture",
+                "all",
+                "--results",
+                str(results),
+            ],
+            timeout=900,
+        )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return results / "latest", proc

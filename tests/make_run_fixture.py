@@ -59,8 +59,8 @@ def trim_pcap(src: Path, dest: Path) -> None:
     out = bytearray(data[:24])
     off = 24
     while off + 16 <= len(data):
-        sec, frac, incl, orig = struct.unpack(order + "IIII", data[off:off + 16])
-        pkt = data[off + 16: off + 16 + incl]
+        sec, frac, incl, orig = struct.unpack(order + "IIII", data[off : off + 16])
+        pkt = data[off + 16 : off + 16 + incl]
         if len(pkt) < incl:
             break
         keep = min(incl, header_bytes(pkt))
@@ -114,8 +114,12 @@ def check_nothing_lost(run: Path, fixture: Path) -> None:
         shutil.copytree(run, whole)
         shutil.copytree(fixture, trimmed)
         want, got = summarize(whole).to_dict(), summarize(trimmed).to_dict()
-    diff = [f"{s}.{k}" for s, fig in want["strategies"].items() for k, v in fig.items()
-            if got["strategies"].get(s, {}).get(k) != v]
+    diff = [
+        f"{s}.{k}"
+        for s, fig in want["strategies"].items()
+        for k, v in fig.items()
+        if got["strategies"].get(s, {}).get(k) != v
+    ]
     if diff or want["capture"] != got["capture"]:
         raise SystemExit(f"the trimmed copy's summary differs from the whole run's: {diff}")
 

@@ -33,11 +33,19 @@ class Running:
         self.t_start = time.monotonic()
         self.t_signal: float | None = None
         self.signal: int | None = None
-        self.proc = subprocess.Popen(self.argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                     text=True, start_new_session=True)
+        self.proc = subprocess.Popen(
+            self.argv,
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
         assert self.proc.stdout is not None and self.proc.stderr is not None
-        self.readers = [threading.Thread(target=self._read, args=(s, n), daemon=True)
-                        for s, n in ((self.proc.stdout, "stdout"), (self.proc.stderr, "stderr"))]
+        self.readers = [
+            threading.Thread(target=self._read, args=(s, n), daemon=True)
+            for s, n in ((self.proc.stdout, "stdout"), (self.proc.stderr, "stderr"))
+        ]
         for t in self.readers:
             t.start()
 
@@ -61,11 +69,14 @@ class Running:
 
     def wait_line(self, pattern: str, timeout: float) -> tuple[float, str]:
         """Wait until a line matches `pattern`; fail at once, with the output, if the command ends first."""
+
         def hit() -> tuple[float, str] | None:
             found = self.seen(pattern)
             if found is None and self.proc.poll() is not None and not any(t.is_alive() for t in self.readers):
-                raise AssertionError(f"`{' '.join(self.argv[1:])}` exited {self.proc.returncode} before a "
-                                     f"line matching {pattern!r}:\n{self.tail()}")
+                raise AssertionError(
+                    f"`{' '.join(self.argv[1:])}` exited {self.proc.returncode} before a "
+                    f"line matching {pattern!r}:\n{self.tail()}"
+                )
             return found
 
         try:
@@ -88,8 +99,9 @@ class Running:
             code = self.proc.wait(timeout=guard)
         except subprocess.TimeoutExpired:
             self.kill_group()
-            raise AssertionError(f"still running {guard:g} s after signal {self.signal}:\n"
-                                 f"{self.tail()}") from None
+            raise AssertionError(
+                f"still running {guard:g} s after signal {self.signal}:\n{self.tail()}"
+            ) from None
         t_exit = time.monotonic()
         for t in self.readers:  # a child that inherited a pipe may hold it open: do not wait for ever
             t.join(timeout=5)
@@ -124,9 +136,16 @@ class Running:
 EXIT_WITHIN_S = 15  # a Ctrl-C must end the command this soon, wherever it lands
 
 
-def interrupt_at(run: Running, rng: random.Random, at: str, moved_on: str | None, max_delay: float,
-                 sig: int = signal.SIGINT, group: bool = True,
-                 before_signal: Callable[[], None] | None = None) -> tuple[int, float]:
+def interrupt_at(
+    run: Running,
+    rng: random.Random,
+    at: str,
+    moved_on: str | None,
+    max_delay: float,
+    sig: int = signal.SIGINT,
+    group: bool = True,
+    before_signal: Callable[[], None] | None = None,
+) -> tuple[int, float]:
     """Wait for the line `at`, then a random moment up to `max_delay` s, then signal the command.
 
     Returns (exit code, seconds from the signal to the exit) and prints them with the output's

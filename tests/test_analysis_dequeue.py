@@ -26,9 +26,9 @@ def _port_capture(tmp_path: Path, stall_every: int = 0) -> tuple[Path, QueueSamp
     t, k = 0.0, 0
     while t < 1.0:
         n = FULL if k % 2 == 0 else 0
-        tr.fwd(t, 1 + k * FULL, 1, ACK, n=n)            # 10.0.0.2 -> 10.0.0.1: egress
+        tr.fwd(t, 1 + k * FULL, 1, ACK, n=n)  # 10.0.0.2 -> 10.0.0.1: egress
         if k % 7 == 0:
-            tr.rev(t + 1e-6, 1, 1 + k * FULL, ACK)       # 10.0.0.1 -> 10.0.0.2: ingress, ignored
+            tr.rev(t + 1e-6, 1, 1 + k * FULL, ACK)  # 10.0.0.1 -> 10.0.0.2: ingress, ignored
         wire = 14 + 20 + 20 + n
         gap = wire * 8 / RATE
         if t >= 0.5:
@@ -73,13 +73,15 @@ def test_stalls_show_in_the_tail_and_the_share(tmp_path: Path) -> None:
 
 def test_one_ports_samples_out_of_the_queue_file(tmp_path: Path) -> None:
     qf = tmp_path / "queue_depth.jsonl"
-    qf.write_text('{"t": 2.0, "backlog_bytes": 0, "backlog_packets": 3, "drops": 0, "sent_packets": 1, '
-                  '"port": "lf1-eth3"}\n'
-                  "not json\n"
-                  '{"t": 1.5, "backlog_bytes": 0, "backlog_packets": 9, "drops": 0, "sent_packets": 1, '
-                  '"port": "lf2-eth1"}\n'
-                  '{"t": 1.0, "backlog_bytes": 0, "backlog_packets": 0, "drops": 0, "sent_packets": 0}\n'
-                  '{"t": 3.0, "backlog_pack')
+    qf.write_text(
+        '{"t": 2.0, "backlog_bytes": 0, "backlog_packets": 3, "drops": 0, "sent_packets": 1, '
+        '"port": "lf1-eth3"}\n'
+        "not json\n"
+        '{"t": 1.5, "backlog_bytes": 0, "backlog_packets": 9, "drops": 0, "sent_packets": 1, '
+        '"port": "lf2-eth1"}\n'
+        '{"t": 1.0, "backlog_bytes": 0, "backlog_packets": 0, "drops": 0, "sent_packets": 0}\n'
+        '{"t": 3.0, "backlog_pack'
+    )
     samples = read_queue_samples(qf)
     q = QueueSamples.of_port(samples, "lf1-eth3", default_port="lf1-eth3")  # unnamed lines: the PS port
     assert q.t.tolist() == [1.0, 2.0] and q.backlog_packets.tolist() == [0, 3]

@@ -19,8 +19,9 @@ def tshark_unique_bytes(f: Path) -> dict[tuple[str, str, str, str], int]:
     """{(stream, src, srcport, dst): unique payload bytes} from tshark's fields, by merging ranges."""
     ranges: dict[tuple[str, str, str, str], list[tuple[int, int]]] = collections.defaultdict(list)
     first: dict[tuple[str, str, str, str], int] = {}
-    for st, src, sp, dst, seq, ln, syn in tshark_fields(f, "tcp.stream", "ip.src", "tcp.srcport", "ip.dst",
-                                                        "tcp.seq_raw", "tcp.len", "tcp.flags.syn"):
+    for st, src, sp, dst, seq, ln, syn in tshark_fields(
+        f, "tcp.stream", "ip.src", "tcp.srcport", "ip.dst", "tcp.seq_raw", "tcp.len", "tcp.flags.syn"
+    ):
         n = int(ln)
         if not n:
             continue
@@ -47,13 +48,13 @@ def _known_trace() -> Trace:
     tr.fwd(0.00, 100, 0, SYN)
     tr.rev(0.001, 900, 101, SYN | ACK)
     tr.fwd(0.002, 101, 901)
-    tr.fwd(0.010, 101, 901, ACK | PSH, n=100)   # 101..201
+    tr.fwd(0.010, 101, 901, ACK | PSH, n=100)  # 101..201
     # 201..301 lost
-    tr.fwd(0.012, 301, 901, ACK | PSH, n=100)   # 301..401 (out of order)
-    tr.fwd(0.013, 301, 901, ACK | PSH, n=100)   # duplicate: nothing new
-    tr.fwd(0.150, 201, 901, ACK | PSH, n=100)   # the retransmission repairs 201..301: counts
-    tr.fwd(0.151, 351, 901, ACK | PSH, n=100)   # overlaps 351..401, new 401..451: 50
-    tr.rev(0.152, 901, 451, ACK, n=30)          # 30 bytes the other way
+    tr.fwd(0.012, 301, 901, ACK | PSH, n=100)  # 301..401 (out of order)
+    tr.fwd(0.013, 301, 901, ACK | PSH, n=100)  # duplicate: nothing new
+    tr.fwd(0.150, 201, 901, ACK | PSH, n=100)  # the retransmission repairs 201..301: counts
+    tr.fwd(0.151, 351, 901, ACK | PSH, n=100)  # overlaps 351..401, new 401..451: 50
+    tr.rev(0.152, 901, 451, ACK, n=30)  # 30 bytes the other way
     return tr
 
 
@@ -65,8 +66,10 @@ def test_known_answer_and_the_first_arrival_rule(tmp_path: Path) -> None:
     f = by["10.0.0.2:40000-10.0.0.1:5000"]
     assert (f.bytes, f.captured_bytes, f.late_bytes) == (350, 500, 100)
     assert f.series == [200, 150] and res.t0 == pytest.approx(1000.0)
-    assert res.by_receiver == {"10.0.0.1": {"bytes": 350, "series": [200, 150]},
-                               "10.0.0.2": {"bytes": 30, "series": [0, 30]}}
+    assert res.by_receiver == {
+        "10.0.0.1": {"bytes": 350, "series": [200, 150]},
+        "10.0.0.2": {"bytes": 30, "series": [0, 30]},
+    }
     assert res.bytes == 380 and res.mbit_s([200, 150]) == [0.016, 0.012]
     # tcp.goodput_timeline counts only bytes beyond the highest sequence seen: it misses the
     # 100 bytes that first arrived in the retransmission

@@ -17,8 +17,9 @@ FLOW = "10.0.0.2:40000-10.0.0.1:5000"
 def _conn(ws_a: int | None = 7, ws_b: int | None = 9, isn_a: int = 0xFFFFFF00, isn_b: int = 123456) -> Trace:
     tr = Trace()
     tr.fwd(0.0, isn_a, 0, SYN, win=64240, opts=tcp_options(mss=1460, wscale=ws_a, sack_ok=True))
-    tr.rev(0.001, isn_b, isn_a + 1, SYN | ACK, win=65160,
-           opts=tcp_options(mss=1460, wscale=ws_b, sack_ok=True))
+    tr.rev(
+        0.001, isn_b, isn_a + 1, SYN | ACK, win=65160, opts=tcp_options(mss=1460, wscale=ws_b, sack_ok=True)
+    )
     tr.fwd(0.002, isn_a + 1, isn_b + 1, ACK, win=502)
     seq = isn_a + 1
     for k in range(6):  # crosses the 32-bit wrap of A's sequence numbers
@@ -35,12 +36,14 @@ def _conn(ws_a: int | None = 7, ws_b: int | None = 9, isn_a: int = 0xFFFFFF00, i
 
 def _compare(f: Path, absolute: bool) -> tuple[int, tuple[int, int] | None]:
     rows, scales = connection_rows(str(f), FLOW, absolute=absolute)
-    ours = {r["frame"]: (str(r["seq"]), "" if r["ack"] is None else str(r["ack"]), str(r["win"]))
-            for r in rows}
+    ours = {
+        r["frame"]: (str(r["seq"]), "" if r["ack"] is None else str(r["ack"]), str(r["win"])) for r in rows
+    }
     fields = ("tcp.seq_raw", "tcp.ack_raw") if absolute else ("tcp.seq", "tcp.ack")
     theirs = {}
-    for fr, seq, ack, win, syn, ackf in tshark_fields(f, "frame.number", *fields, "tcp.window_size",
-                                                      "tcp.flags.syn", "tcp.flags.ack"):
+    for fr, seq, ack, win, syn, ackf in tshark_fields(
+        f, "frame.number", *fields, "tcp.window_size", "tcp.flags.syn", "tcp.flags.ack"
+    ):
         theirs[int(fr)] = (seq, "" if syn == "1" and ackf == "0" else ack, win)
     assert ours == theirs
     return len(rows), scales
@@ -49,8 +52,9 @@ def _compare(f: Path, absolute: bool) -> tuple[int, tuple[int, int] | None]:
 @needs_tshark
 @pytest.mark.parametrize("absolute", [False, True])
 @pytest.mark.parametrize("ws", [(7, 9), (None, 9), (0, 14)])
-def test_numbers_and_windows_as_tshark_shows_them(tmp_path: Path, absolute: bool,
-                                                  ws: tuple[int | None, int | None]) -> None:
+def test_numbers_and_windows_as_tshark_shows_them(
+    tmp_path: Path, absolute: bool, ws: tuple[int | None, int | None]
+) -> None:
     f = _conn(*ws).write(tmp_path / "c.pcap")
     n, scales = _compare(f, absolute)
     assert n == 16
@@ -101,11 +105,13 @@ def test_text_output(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None
 
 def test_errors_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     f = str(_conn().write(tmp_path / "c.pcap"))
-    for argv, msg in (([f, "--flow", "10.0.0.9:1-10.0.0.1:5000"], "no packets of flow"),
-                      ([f, "--flow", "nonsense"], "bad --flow"),
-                      ([f, "--flow", FLOW, "--around", "5"], "no packets of that flow in the --around"),
-                      ([f, "--flow", FLOW, "--span", "-1"], "--span must be >= 0"),
-                      ([f], "required")):
+    for argv, msg in (
+        ([f, "--flow", "10.0.0.9:1-10.0.0.1:5000"], "no packets of flow"),
+        ([f, "--flow", "nonsense"], "bad --flow"),
+        ([f, "--flow", FLOW, "--around", "5"], "no packets of that flow in the --around"),
+        ([f, "--flow", FLOW, "--span", "-1"], "--span must be >= 0"),
+        ([f], "required"),
+    ):
         assert cli_main(["inspect", *argv]) == 2
         err = capsys.readouterr().err
         assert msg in err and err.count("\n") == 1 and "Traceback" not in err

@@ -24,15 +24,24 @@ PKTS = [
 ]
 
 
-def _ip_tcp(src: int, dst: int, sport: int, dport: int, seq: int, ack: int, flags: int, win: int,
-            payload: int) -> bytes:
+def _ip_tcp(
+    src: int, dst: int, sport: int, dport: int, seq: int, ack: int, flags: int, win: int, payload: int
+) -> bytes:
     ip = struct.pack("!BBHHHBBHII", 0x45, 0, 40 + payload, 1, 0x4000, 64, 6, 0, src, dst)
     tcp = struct.pack("!HHIIBBHHH", sport, dport, seq, ack, (5 << 4) | (flags >> 8), flags & 0xFF, win, 0, 0)
     return ip + tcp + b"\xab" * payload
 
 
-def write_pcap(path: Path, *, order: str = "<", nano: bool = False, linktype: int = 1, snap: int = 128,
-               pkts: list[tuple] = PKTS, extra: bytes = b"") -> None:
+def write_pcap(
+    path: Path,
+    *,
+    order: str = "<",
+    nano: bool = False,
+    linktype: int = 1,
+    snap: int = 128,
+    pkts: list[tuple] = PKTS,
+    extra: bytes = b"",
+) -> None:
     magic = 0xA1B23C4D if nano else 0xA1B2C3D4
     with open(path, "wb") as fh:
         fh.write(struct.pack(order + "IHHiIII", magic, 2, 4, 0, 0, snap, linktype))
@@ -86,8 +95,9 @@ def test_missing_empty_notpcap(tmp_path: Path, capsys: pytest.CaptureFixture[str
         read_pcap(tmp_path / "t.txt")
 
 
-def test_truncated_says_where_and_can_return_what_was_read(tmp_path: Path,
-                                                          capsys: pytest.CaptureFixture[str]) -> None:
+def test_truncated_says_where_and_can_return_what_was_read(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     f = tmp_path / "cut.pcap"
     write_pcap(f)
     data = f.read_bytes()
@@ -122,8 +132,15 @@ def test_no_tcp(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
         assert cli_main(["analyze", str(path), "--json", "--per-flow"]) == 0
         res = json.loads(capsys.readouterr().out)
         assert res["records"] == records and res["per_flow"] == []
-        for key in ("packets", "segments", "retransmits", "timeouts", "loss_probes", "delivered_bytes",
-                    "flows"):
+        for key in (
+            "packets",
+            "segments",
+            "retransmits",
+            "timeouts",
+            "loss_probes",
+            "delivered_bytes",
+            "flows",
+        ):
             assert res[key] == 0, key
         assert res["stall_s"] == 0.0
 
@@ -166,8 +183,10 @@ def _option_help(text: str) -> dict[str, str]:
 def test_help_states_the_defaults(capsys: pytest.CaptureFixture[str]) -> None:
     from incastlab.cli import main as cli_main
 
-    for command, flags in (("analyze", ("--json", "--per-flow", "--allow-truncated", "--rto-min")),
-                           ("inspect", ("--around", "--span", "--absolute", "--allow-truncated"))):
+    for command, flags in (
+        ("analyze", ("--json", "--per-flow", "--allow-truncated", "--rto-min")),
+        ("inspect", ("--around", "--span", "--absolute", "--allow-truncated")),
+    ):
         assert cli_main([command, "--help"]) == 0
         helps = _option_help(capsys.readouterr().out)
         for flag in flags:
@@ -184,19 +203,35 @@ def test_bad_args_one_line(capsys: pytest.CaptureFixture[str]) -> None:
 # ---- record offsets: the vectorised guess-and-verify scan must equal the plain walk
 
 
-def _records(rng: np.random.Generator, count: int, *, order: str = "<", t0: int = 1_700_000_000,
-             step: float = 0.01, lures: bool = False) -> bytes:
+def _records(
+    rng: np.random.Generator,
+    count: int,
+    *,
+    order: str = "<",
+    t0: int = 1_700_000_000,
+    step: float = 0.01,
+    lures: bool = False,
+) -> bytes:
     """Records of mixed captured lengths; with lures, payloads that look like record headers."""
     out = []
     t = float(t0)
     for i in range(count):
         plen = int(rng.choice([0, 0, 10, 100, 1448]))
-        l3 = _ip_tcp(0x0A000002, 0x0A000001, 40000 + i % 3, 5000, int(rng.integers(1 << 32)),
-                     int(rng.integers(1 << 32)), 0x18, 502, plen)
+        l3 = _ip_tcp(
+            0x0A000002,
+            0x0A000001,
+            40000 + i % 3,
+            5000,
+            int(rng.integers(1 << 32)),
+            int(rng.integers(1 << 32)),
+            0x18,
+            502,
+            plen,
+        )
         frame = b"\x00" * 12 + b"\x08\x00" + l3
         if lures and plen:  # a fake header: same seconds, small fraction, caplen pointing anywhere
             fake = struct.pack(order + "IIII", int(t), 5, int(rng.integers(0, 200)), 60)
-            frame = frame[:54] + fake + frame[54 + len(fake):]
+            frame = frame[:54] + fake + frame[54 + len(fake) :]
         data = frame[: int(rng.choice([54, 64, 96, 128, 200]))]
         sec = int(t)
         out.append(struct.pack(order + "IIII", sec, int((t - sec) * 1e6), len(data), len(frame)) + data)
@@ -233,13 +268,16 @@ def _same(a: object, b: object) -> None:
 
 
 @pytest.mark.parametrize("order", ["<", ">"])
-@pytest.mark.parametrize("case", ["mixed", "lures", "slow_clock", "long_gap", "cut_data", "cut_header",
-                                  "corrupt_length", "epoch"])
-def test_vectorised_scan_equals_walk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                     order: str, case: str) -> None:
+@pytest.mark.parametrize(
+    "case", ["mixed", "lures", "slow_clock", "long_gap", "cut_data", "cut_header", "corrupt_length", "epoch"]
+)
+def test_vectorised_scan_equals_walk(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, order: str, case: str
+) -> None:
     rng = np.random.default_rng(5)
-    body = _records(rng, 3000, order=order, lures=case == "lures",
-                    t0=100 if case == "epoch" else 1_700_000_000)
+    body = _records(
+        rng, 3000, order=order, lures=case == "lures", t0=100 if case == "epoch" else 1_700_000_000
+    )
     if case == "slow_clock":  # seconds beyond the guess's +-12 days: every record missed
         body = _records(rng, 3000, order=order, step=3 * 86400.0)
     if case == "long_gap":  # a jump in the clock: the records after it are reached by single steps
@@ -255,13 +293,28 @@ def test_vectorised_scan_equals_walk(tmp_path: Path, monkeypatch: pytest.MonkeyP
     vec, walk = _both_scans(monkeypatch, f)
     _same(vec, walk)
     assert not isinstance(vec, str) and vec.records >= 2999
-    assert vec.truncated_at == (None if case in ("mixed", "lures", "slow_clock", "long_gap", "epoch")
-                                else vec.records + 1)
+    assert vec.truncated_at == (
+        None if case in ("mixed", "lures", "slow_clock", "long_gap", "epoch") else vec.records + 1
+    )
 
 
 def test_vectorised_scan_every_caplen_the_same(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    pkts = [(0x0A000002, 0x0A000001, 40000, 5000, i * 1448, 1, 0x18, 502, 1448, 1_700_000_000 + i // 100,
-             i % 100 * 10_000) for i in range(5000)]
+    pkts = [
+        (
+            0x0A000002,
+            0x0A000001,
+            40000,
+            5000,
+            i * 1448,
+            1,
+            0x18,
+            502,
+            1448,
+            1_700_000_000 + i // 100,
+            i % 100 * 10_000,
+        )
+        for i in range(5000)
+    ]
     f = tmp_path / "u.pcap"
     write_pcap(f, pkts=pkts, snap=96)
     vec, walk = _both_scans(monkeypatch, f)
@@ -277,11 +330,30 @@ def test_vlan_tags_and_ip_options_mixed_with_plain_records(tmp_path: Path) -> No
     for i in range(40):
         vlans, opts = i % 3, (i // 3) % 3 * 4  # 0-2 VLAN tags, 0/4/8 bytes of IP options
         ihl = 5 + opts // 4
-        ip = struct.pack("!BBHHHBBHII", 0x40 | ihl, 0, ihl * 4 + 20 + i, 1, 0x4000, 64, 6, 0,
-                         0x0A000002 + i, 0x0A000001) + b"\x01" * opts
+        ip = (
+            struct.pack(
+                "!BBHHHBBHII",
+                0x40 | ihl,
+                0,
+                ihl * 4 + 20 + i,
+                1,
+                0x4000,
+                64,
+                6,
+                0,
+                0x0A000002 + i,
+                0x0A000001,
+            )
+            + b"\x01" * opts
+        )
         tcp = struct.pack("!HHIIBBHHH", 40000 + i, 5000, 1000 * i, 7 * i, 5 << 4, 0x18, 500 + i, 0, 0)
-        eth = b"\x00" * 12 + b"".join((b"\x88\xa8" if v == 0 and vlans == 2 else b"\x81\x00")
-                                      + b"\x00\x05" for v in range(vlans)) + b"\x08\x00"
+        eth = (
+            b"\x00" * 12
+            + b"".join(
+                (b"\x88\xa8" if v == 0 and vlans == 2 else b"\x81\x00") + b"\x00\x05" for v in range(vlans)
+            )
+            + b"\x08\x00"
+        )
         frame = eth + ip + tcp + b"\xab" * i
         rows.append(struct.pack("<IIII", 100 + i, i, len(frame), len(frame)) + frame)
         want.append((0x0A000002 + i, 40000 + i, 1000 * i, 7 * i, 500 + i, i))
@@ -289,6 +361,15 @@ def test_vlan_tags_and_ip_options_mixed_with_plain_records(tmp_path: Path) -> No
     f.write_bytes(_header() + b"".join(rows))
     p = read_pcap(f)
     assert len(p) == 40
-    got = list(zip(p.src.tolist(), p.sport.tolist(), p.seq.tolist(), p.ack.tolist(), p.win.tolist(),
-                   p.plen.tolist(), strict=True))
+    got = list(
+        zip(
+            p.src.tolist(),
+            p.sport.tolist(),
+            p.seq.tolist(),
+            p.ack.tolist(),
+            p.win.tolist(),
+            p.plen.tolist(),
+            strict=True,
+        )
+    )
     assert got == want

@@ -44,11 +44,11 @@ def _rto_backoff_trace(isn: int) -> Trace:
     for k in range(10):
         data(tr, 0.010 + 0.001 * k, isn + 1 + 100 * k)
     ack(tr, 0.013, isn + 201)
-    ack(tr, 0.016, isn + 501)                 # segment 6 (isn+501) and later are lost
-    data(tr, 0.266, isn + 501)                # RTO: the head, alone, 0.25 s after the last progress
-    data(tr, 0.766, isn + 501)                # no answer: the doubled RTO
+    ack(tr, 0.016, isn + 501)  # segment 6 (isn+501) and later are lost
+    data(tr, 0.266, isn + 501)  # RTO: the head, alone, 0.25 s after the last progress
+    data(tr, 0.766, isn + 501)  # no answer: the doubled RTO
     ack(tr, 0.767, isn + 601)
-    data(tr, 0.7675, isn + 601)               # slow start after the timeout: ACK-clocked, 2 at once
+    data(tr, 0.7675, isn + 601)  # slow start after the timeout: ACK-clocked, 2 at once
     data(tr, 0.7676, isn + 701)
     ack(tr, 0.770, isn + 1001)
     return tr
@@ -62,10 +62,18 @@ def test_timeout_then_doubled_timeout(tmp_path: Path, isn: int) -> None:
     assert ev[0].idle_s == pytest.approx(0.266 - 0.019, abs=1e-6)  # since the last segment sent
     assert ev[1].idle_s == pytest.approx(0.5, abs=1e-6)
     assert res.timeouts == 2 and res.loss_probes == 0 and res.stall_s == pytest.approx(0.747, abs=1e-6)
-    assert res.by_sender()["10.0.0.2"] == {"timeouts": 2, "loss_probes": 0, "stall_s": pytest.approx(0.747),
-                                           "retransmits": 4}  # the two timeouts, two after them
-    assert res.totals("10.0.0.1") == {"timeouts": 0, "loss_probes": 0, "stall_s": 0.0,
-                                      "retransmits": 0}  # it sent only its SYN-ACK
+    assert res.by_sender()["10.0.0.2"] == {
+        "timeouts": 2,
+        "loss_probes": 0,
+        "stall_s": pytest.approx(0.747),
+        "retransmits": 4,
+    }  # the two timeouts, two after them
+    assert res.totals("10.0.0.1") == {
+        "timeouts": 0,
+        "loss_probes": 0,
+        "stall_s": 0.0,
+        "retransmits": 0,
+    }  # it sent only its SYN-ACK
     assert {f.flow for f in res.flows} == {"10.0.0.2:40000-10.0.0.1:5000", "10.0.0.1:5000-10.0.0.2:40000"}
 
 
@@ -76,8 +84,8 @@ def test_dup_ack_recovery_and_bursts_are_no_timeouts(tmp_path: Path) -> None:
         data(tr, 0.010 + 0.001 * k, ISN_A + 1 + 100 * k)
     ack(tr, 0.016, ISN_A + 501)
     for k in range(3):
-        ack(tr, 0.017 + 0.0001 * k, ISN_A + 501)   # dup ACKs
-    data(tr, 0.0174, ISN_A + 501)                   # fast retransmission
+        ack(tr, 0.017 + 0.0001 * k, ISN_A + 501)  # dup ACKs
+    data(tr, 0.0174, ISN_A + 501)  # fast retransmission
     ack(tr, 0.020, ISN_A + 601)
     # later: a silence, then three lost segments at once (RACK's reordering timer): a burst
     for k in range(10, 14):
@@ -105,10 +113,10 @@ def test_tail_loss_probe(tmp_path: Path) -> None:
     handshake(tr)
     for k in range(5):
         data(tr, 0.010 + 0.001 * k, ISN_A + 1 + 100 * k)
-    ack(tr, 0.016, ISN_A + 301)          # segments 4 and 5 outstanding, no dup ACKs: Open
-    data(tr, 0.050, ISN_A + 401)         # the last segment again ~2 RTT later: the probe
-    ack(tr, 0.051, ISN_A + 301)          # its SACK comes back as a dup ACK
-    data(tr, 0.0511, ISN_A + 301)        # recovery of segment 4, ACK-clocked
+    ack(tr, 0.016, ISN_A + 301)  # segments 4 and 5 outstanding, no dup ACKs: Open
+    data(tr, 0.050, ISN_A + 401)  # the last segment again ~2 RTT later: the probe
+    ack(tr, 0.051, ISN_A + 301)  # its SACK comes back as a dup ACK
+    data(tr, 0.0511, ISN_A + 301)  # recovery of segment 4, ACK-clocked
     ack(tr, 0.052, ISN_A + 501)
     _f, res, ev = _events(tmp_path, tr)
     assert [(e.kind, e.seq) for e in ev] == [("tlp", 401)]
@@ -119,8 +127,8 @@ def test_single_segment_in_flight_probe_first_then_timeout(tmp_path: Path) -> No
     tr = Trace()
     handshake(tr)
     data(tr, 0.010, ISN_A + 1)
-    data(tr, 0.220, ISN_A + 1)           # the probe timer fires first (never after the RTO)
-    data(tr, 0.650, ISN_A + 1)           # then the RTO
+    data(tr, 0.220, ISN_A + 1)  # the probe timer fires first (never after the RTO)
+    data(tr, 0.650, ISN_A + 1)  # then the RTO
     ack(tr, 0.651, ISN_A + 101)
     _f, res, ev = _events(tmp_path, tr)
     assert [e.kind for e in ev] == ["tlp", "rto"] and (res.timeouts, res.loss_probes) == (1, 1)
@@ -128,9 +136,9 @@ def test_single_segment_in_flight_probe_first_then_timeout(tmp_path: Path) -> No
 
 def test_syn_timeouts_and_a_synack_answering_a_duplicate_syn(tmp_path: Path) -> None:
     tr = Trace()
-    tr.fwd(0.0, ISN_A, 0, SYN)                     # B's SYN-ACK to it is lost: A's capture lacks it
-    tr.fwd(1.0, ISN_A, 0, SYN)                     # A's SYN timeout
-    tr.fwd(3.0, ISN_A, 0, SYN)                     # doubled
+    tr.fwd(0.0, ISN_A, 0, SYN)  # B's SYN-ACK to it is lost: A's capture lacks it
+    tr.fwd(1.0, ISN_A, 0, SYN)  # A's SYN timeout
+    tr.fwd(3.0, ISN_A, 0, SYN)  # doubled
     tr.rev(3.001, ISN_B, ISN_A + 1, SYN | ACK)
     tr.fwd(3.002, ISN_A + 1, ISN_B + 1)
     _f, res, ev = _events(tmp_path, tr, "syn.pcap")
@@ -160,14 +168,14 @@ def test_timestamps_place_sends_at_the_kernel_time(tmp_path: Path) -> None:
     handshake(tr)
     kernel = [0.0, 0.001, 0.002]
     for k in range(6):
-        data(tr, 0.310 + 0.001 * k, ISN_A + 1 + 100 * k)   # sent at 0.010.., on the wire 0.3 s later
+        data(tr, 0.310 + 0.001 * k, ISN_A + 1 + 100 * k)  # sent at 0.010.., on the wire 0.3 s later
         kernel.append(0.010 + 0.001 * k)
     ack(tr, 0.320, ISN_A + 201)
     kernel.append(0.320)
     for k in range(3):
-        ack(tr, 0.321 + 0.0002 * k, ISN_A + 201)            # dup ACKs: segment 3 lost
+        ack(tr, 0.321 + 0.0002 * k, ISN_A + 201)  # dup ACKs: segment 3 lost
         kernel.append(0.321 + 0.0002 * k)
-    data(tr, 0.330, ISN_A + 201)                            # kernel sent it at 0.3215, queued 8.5 ms
+    data(tr, 0.330, ISN_A + 201)  # kernel sent it at 0.3215, queued 8.5 ms
     kernel.append(0.3215)
     ack(tr, 0.331, ISN_A + 601)
     kernel.append(0.331)
@@ -213,7 +221,7 @@ def _kernel_trace(queue_s: float) -> tuple[Trace, list[float]]:
     send(0.002, ISN_A + 1, ACK, 0)
     for k in range(8):
         send(0.010 + 0.001 * k, ISN_A + 1 + 100 * k, delay=queue_s + 0.0001 * k)
-    recv(0.013 + queue_s + 0.001, ISN_A + 201)   # segment 3 onwards lost
+    recv(0.013 + queue_s + 0.001, ISN_A + 201)  # segment 3 onwards lost
     t_rto = 0.013 + queue_s + 0.25
     send(t_rto, ISN_A + 201)
     send(t_rto + 0.5, ISN_A + 201)
@@ -270,7 +278,7 @@ def test_every_event_is_a_retransmission_for_tshark(tmp_path: Path) -> None:
                 data(tr, t, nxt)
                 nxt += 100
             elif r < 0.65 and nxt > acked:
-                data(tr, t, acked)               # the head again
+                data(tr, t, acked)  # the head again
             else:
                 acked = min(nxt, acked + int(rng.integers(0, 3)) * 100)
                 ack(tr, t, acked)

@@ -36,8 +36,9 @@ from tests.waiting import pcap_fins, wait_for
 pytestmark = [
     pytest.mark.integration,
     pytest.mark.skipif(os.geteuid() != 0, reason="needs root (network namespaces)"),
-    pytest.mark.skipif(not (shutil.which("tcpdump") and shutil.which("nstat")),
-                       reason="tcpdump/nstat missing"),
+    pytest.mark.skipif(
+        not (shutil.which("tcpdump") and shutil.which("nstat")), reason="tcpdump/nstat missing"
+    ),
 ]
 
 SENDERS = 4
@@ -132,34 +133,83 @@ def incast(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, objec
         _veth(NS_R, "ilt-rto-rb", "10.203.100.2/24", NS_B, "ilt-rto-vb", f"{B_IP}/24")
         _nx(NS_B, "ip", "route", "add", "default", "via", "10.203.100.2")
         _nx(NS_R, "sysctl", "-qw", "net.ipv4.ip_forward=1")
-        _nx(NS_R, "tc", "qdisc", "add", "dev", "ilt-rto-rb", "root", "handle", "1:", "htb",
-            "default", "1")
-        _nx(NS_R, "tc", "class", "add", "dev", "ilt-rto-rb", "parent", "1:", "classid", "1:1", "htb",
-            "rate", f"{RATE_MBIT}mbit")
-        _nx(NS_R, "tc", "qdisc", "add", "dev", "ilt-rto-rb", "parent", "1:1", "handle", "10:", "pfifo",
-            "limit", "10")
+        _nx(NS_R, "tc", "qdisc", "add", "dev", "ilt-rto-rb", "root", "handle", "1:", "htb", "default", "1")
+        _nx(
+            NS_R,
+            "tc",
+            "class",
+            "add",
+            "dev",
+            "ilt-rto-rb",
+            "parent",
+            "1:",
+            "classid",
+            "1:1",
+            "htb",
+            "rate",
+            f"{RATE_MBIT}mbit",
+        )
+        _nx(
+            NS_R,
+            "tc",
+            "qdisc",
+            "add",
+            "dev",
+            "ilt-rto-rb",
+            "parent",
+            "1:1",
+            "handle",
+            "10:",
+            "pfifo",
+            "limit",
+            "10",
+        )
         caps = {ns: tmp / f"{ns}.pcap" for ns in NS_S}
         caps[NS_B] = tmp / "recv.pcap"
         caps[NS_R] = tmp / "port.pcap"
-        ifaces = {**{ns: f"ilt-rto-v{i}" for i, ns in enumerate(NS_S, start=1)}, NS_B: "ilt-rto-vb",
-                  NS_R: "ilt-rto-rb"}
+        ifaces = {
+            **{ns: f"ilt-rto-v{i}" for i, ns in enumerate(NS_S, start=1)},
+            NS_B: "ilt-rto-vb",
+            NS_R: "ilt-rto-rb",
+        }
         for ns, f in caps.items():
-            procs.append(subprocess.Popen(
-                ["ip", "netns", "exec", ns, "tcpdump", "-i", ifaces[ns], "-s", "128", "-U",
-                 "--immediate-mode", "-B", "8192", "-w", str(f), "tcp"],
-                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True))
+            procs.append(
+                subprocess.Popen(
+                    [
+                        "ip",
+                        "netns",
+                        "exec",
+                        ns,
+                        "tcpdump",
+                        "-i",
+                        ifaces[ns],
+                        "-s",
+                        "128",
+                        "-U",
+                        "--immediate-mode",
+                        "-B",
+                        "8192",
+                        "-w",
+                        str(f),
+                        "tcp",
+                    ],
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.PIPE,
+                    text=True,
+                )
+            )
         for cap in procs:  # each tcpdump says when it listens
             assert cap.stderr is not None
             while "listening on" not in (line := cap.stderr.readline()):
                 assert line, "tcpdump exited before it listened"
         sampler = threading.Thread(target=_sample_queue, args=(stop, samples), daemon=True)
         sampler.start()
-        r = subprocess.Popen(["ip", "netns", "exec", NS_B, sys.executable, "-c", RECV],
-                             stdout=subprocess.PIPE, text=True)
+        r = subprocess.Popen(
+            ["ip", "netns", "exec", NS_B, sys.executable, "-c", RECV], stdout=subprocess.PIPE, text=True
+        )
         procs.append(r)
         assert r.stdout is not None and r.stdout.readline().strip() == "ready"
-        senders = [subprocess.Popen(["ip", "netns", "exec", ns, sys.executable, "-c", SEND])
-                   for ns in NS_S]
+        senders = [subprocess.Popen(["ip", "netns", "exec", ns, sys.executable, "-c", SEND]) for ns in NS_S]
         procs.extend(senders)
         t_run = time.time()
         for s in senders:
@@ -172,18 +222,17 @@ def incast(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, objec
         stop.set()
         sampler.join(timeout=5)
         errs = []
-        for t in procs[:len(caps)]:
+        for t in procs[: len(caps)]:
             t.terminate()
             errs.append(t.communicate(timeout=10)[1])
         kernel = {}
         for i, ns in enumerate(NS_S, start=1):
-            txt = _nx(ns, "nstat", "-az", "-s", "TcpExtTCPTimeouts", "TcpExtTCPLossProbes",
-                      "TcpRetransSegs")
-            kernel[f"10.203.{i}.1"] = {m.group(1): int(m.group(2))
-                                       for m in re.finditer(r"^(\w+)\s+(\d+)", txt, re.M)}
+            txt = _nx(ns, "nstat", "-az", "-s", "TcpExtTCPTimeouts", "TcpExtTCPLossProbes", "TcpRetransSegs")
+            kernel[f"10.203.{i}.1"] = {
+                m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)", txt, re.M)
+            }
         dropped = sum(int(x) for e in errs for x in re.findall(r"(\d+) packets dropped by kernel", e))
-        yield {"caps": caps, "received": got, "kernel": kernel, "samples": samples,
-               "tcpdump_drops": dropped}
+        yield {"caps": caps, "received": got, "kernel": kernel, "samples": samples, "tcpdump_drops": dropped}
     finally:
         stop.set()
         for pr in procs:
@@ -226,8 +275,10 @@ def test_delivered_bytes_equal_what_the_application_sent(incast: dict[str, objec
 def test_the_router_port_kept_its_rate(incast: dict[str, object]) -> None:
     samples = incast["samples"]
     assert len(samples) > 100  # type: ignore[arg-type]
-    q = QueueSamples(t=np.array([s[0] for s in samples]),  # type: ignore[union-attr]
-                     backlog_packets=np.array([s[1] for s in samples]))  # type: ignore[union-attr]
+    q = QueueSamples(
+        t=np.array([s[0] for s in samples]),  # type: ignore[union-attr]
+        backlog_packets=np.array([s[1] for s in samples]),
+    )  # type: ignore[union-attr]
     res = dequeue_gaps(read_pcap(incast["caps"][NS_R]), q, RATE_MBIT * 1e6, receiver=B_IP)  # type: ignore[index]
     print("dequeue", res.gaps, res.median_ratio, res.percentiles, res.achieved_share)
     assert res.gaps > 500

@@ -133,8 +133,9 @@ def test_random_traces_agree_with_tshark(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("lookahead", [1, 2, 8])
-def test_handshake_rtt_beyond_the_lookahead(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                           lookahead: int) -> None:
+def test_handshake_rtt_beyond_the_lookahead(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, lookahead: int
+) -> None:
     """The out-of-order threshold (handshake RTT) is the same whether the handshake ACK is found
     near the first SYN or by the dense search over all packets."""
     import analysis.tcp as tcp_mod

@@ -37,14 +37,32 @@ def _write(path: Path, linktype: int, order: str, rng: np.random.Generator, n: i
             else:
                 ts = (int(rng.integers(1 << 32)), int(rng.integers(1 << 32))) if rng.random() < 0.7 else None
                 ws = int(rng.integers(0, 15)) if rng.random() < 0.3 else None
-                opts = tcp_options(mss=1460 if rng.random() < 0.5 else None, sack_ok=bool(rng.random() < 0.5),
-                                   ts=ts, wscale=ws)
+                opts = tcp_options(
+                    mss=1460 if rng.random() < 0.5 else None,
+                    sack_ok=bool(rng.random() < 0.5),
+                    ts=ts,
+                    wscale=ws,
+                )
                 doff = (5 + len(opts) // 4) << 4
                 tcp = struct.pack("!HHIIBBHHH", 40000, 5000, i, 0, doff, 0x10, 100, 0, 0) + opts
                 ipopt = b"\x01\x01\x01\x00" if rng.random() < 0.2 else b""
                 ihl = 5 + len(ipopt) // 4
-                ip = struct.pack("!BBHHHBBHII", 0x40 | ihl, 0, ihl * 4 + len(tcp) + 100, 1, 0x4000, 64, 6, 0,
-                                 0x0A000002, 0x0A000001) + ipopt
+                ip = (
+                    struct.pack(
+                        "!BBHHHBBHII",
+                        0x40 | ihl,
+                        0,
+                        ihl * 4 + len(tcp) + 100,
+                        1,
+                        0x4000,
+                        64,
+                        6,
+                        0,
+                        0x0A000002,
+                        0x0A000001,
+                    )
+                    + ipopt
+                )
                 l3 = ip + tcp + b"\xab" * 100
                 want.append((ts[0] if ts else -1, ts[1] if ts else -1, ws if ws is not None else -1))
             vlan = int(rng.integers(0, 3)) if linktype == 1 else 0
@@ -82,6 +100,6 @@ def test_cut_or_changed_files(tmp_path: Path) -> None:
     f.write_bytes(data[:-30])
     p = read_pcap(f, allow_truncated=True)
     o = read_options(p)
-    assert o.tsval.tolist() == [w[0] for w in want[:len(p)]]
+    assert o.tsval.tolist() == [w[0] for w in want[: len(p)]]
     f.write_bytes(b"\x00" * len(data))  # the file changed under us: no options, no crash
     assert (read_options(p).tsval == -1).all()

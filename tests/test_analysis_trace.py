@@ -16,8 +16,12 @@ MSS = 1448
 SYN, ACK, PSH, FIN, RST = 0x02, 0x10, 0x08, 0x01, 0x04
 
 
-def tcp_options(mss: int | None = None, wscale: int | None = None, sack_ok: bool = False,
-                ts: tuple[int, int] | None = None) -> bytes:
+def tcp_options(
+    mss: int | None = None,
+    wscale: int | None = None,
+    sack_ok: bool = False,
+    ts: tuple[int, int] | None = None,
+) -> bytes:
     """Encoded TCP options, padded with NOPs to a multiple of 4 bytes."""
     out = b""
     if mss is not None:
@@ -42,16 +46,30 @@ class Trace:
     bport: int = 5000
     rows: list[tuple] = field(default_factory=list)
 
-    def add(self, t: float, src: int, dst: int, sport: int, dport: int, seq: int, ack: int, flags: int,
-            n: int = 0, win: int = 1000, opts: bytes = b"") -> None:
+    def add(
+        self,
+        t: float,
+        src: int,
+        dst: int,
+        sport: int,
+        dport: int,
+        seq: int,
+        ack: int,
+        flags: int,
+        n: int = 0,
+        win: int = 1000,
+        opts: bytes = b"",
+    ) -> None:
         self.rows.append((t, src, dst, sport, dport, seq & 0xFFFFFFFF, ack & 0xFFFFFFFF, flags, n, win, opts))
 
-    def fwd(self, t: float, seq: int, ack: int, flags: int = ACK, n: int = 0, win: int = 1000,
-            opts: bytes = b"") -> None:
+    def fwd(
+        self, t: float, seq: int, ack: int, flags: int = ACK, n: int = 0, win: int = 1000, opts: bytes = b""
+    ) -> None:
         self.add(t, A_IP, B_IP, self.aport, self.bport, seq, ack, flags, n, win, opts)
 
-    def rev(self, t: float, seq: int, ack: int, flags: int = ACK, n: int = 0, win: int = 1000,
-            opts: bytes = b"") -> None:
+    def rev(
+        self, t: float, seq: int, ack: int, flags: int = ACK, n: int = 0, win: int = 1000, opts: bytes = b""
+    ) -> None:
         self.add(t, B_IP, A_IP, self.bport, self.aport, seq, ack, flags, n, win, opts)
 
     def write(self, path: Path, snap: int = 128) -> Path:
@@ -91,8 +109,18 @@ def test_builder_writes_what_tshark_reads(tmp_path: Path) -> None:
     tr.fwd(0.0, 0xFFFFFFF0, 0, SYN, opts=tcp_options(mss=1460, wscale=7, sack_ok=True))
     tr.rev(0.001, 500, 0xFFFFFFF1, SYN | ACK, opts=tcp_options(mss=1460, wscale=9, sack_ok=True))
     tr.fwd(0.002, 0xFFFFFFF1, 501, ACK | PSH, n=100, win=300)
-    rows = tshark_fields(tr.write(tmp_path / "b.pcap"), "tcp.seq_raw", "tcp.ack_raw", "tcp.len",
-                         "tcp.options.wscale.shift", "tcp.window_size", "frame.time_epoch")
-    assert [r[:4] for r in rows] == [[str(0xFFFFFFF0), "0", "0", "7"], ["500", str(0xFFFFFFF1), "0", "9"],
-                                     [str(0xFFFFFFF1), "501", "100", ""]]
+    rows = tshark_fields(
+        tr.write(tmp_path / "b.pcap"),
+        "tcp.seq_raw",
+        "tcp.ack_raw",
+        "tcp.len",
+        "tcp.options.wscale.shift",
+        "tcp.window_size",
+        "frame.time_epoch",
+    )
+    assert [r[:4] for r in rows] == [
+        [str(0xFFFFFFF0), "0", "0", "7"],
+        ["500", str(0xFFFFFFF1), "0", "9"],
+        [str(0xFFFFFFF1), "501", "100", ""],
+    ]
     assert rows[2][4] == str(300 << 7) and rows[2][5].startswith("1000.002")

@@ -22,8 +22,10 @@ def test_a_ring_at_its_bound_has_busbw_at_the_link_rate_less_the_headers() -> No
 def test_fit_recovers_alpha_and_beta_of_exact_times() -> None:
     n, alpha, beta = 7, 0.004, 5e-7
     algo = sweep.algo_of("ring")
-    points = [(algo.steps(n), algo.link_bytes(n, s), alpha * algo.steps(n) + beta * algo.link_bytes(n, s))
-              for s in (65536 * 2**k for k in range(8))]
+    points = [
+        (algo.steps(n), algo.link_bytes(n, s), alpha * algo.steps(n) + beta * algo.link_bytes(n, s))
+        for s in (65536 * 2**k for k in range(8))
+    ]
     f = sweep.fit(points)
     assert f["alpha_s"] == pytest.approx(alpha, rel=1e-6)
     assert f["beta_s_per_byte"] == pytest.approx(beta, rel=1e-6)
@@ -45,23 +47,30 @@ def test_measure_takes_the_last_rank_per_iteration() -> None:
 
 
 def test_interleaved_iterations_are_timed_from_their_own_starts() -> None:
-    recs = [{"t_start": 0.0, "t_starts": [0.0, 5.0], "t_end": [1.0, 6.5]},
-            {"t_start": 0.1, "t_starts": [0.1, 5.2], "t_end": [1.3, 6.0]}]
+    recs = [
+        {"t_start": 0.0, "t_starts": [0.0, 5.0], "t_end": [1.0, 6.5]},
+        {"t_start": 0.1, "t_starts": [0.1, 5.2], "t_end": [1.3, 6.0]},
+    ]
     m = sweep.measure(recs)
     assert m["times_s"] == pytest.approx([1.3 - 0.1, 6.5 - 5.2])
 
 
-@pytest.mark.parametrize(("ring", "gloo", "verdict"), [
-    ([1.0, 1.0, 1.0], [1.1, 1.2, 1.05], "faster"),
-    ([1.0, 1.3, 1.0], [1.1, 1.2, 1.05], "tied"),     # pairs on both sides of 1: within the noise
-    ([1.2, 1.3, 1.1], [1.1, 1.2, 1.05], "slower"),
-])
+@pytest.mark.parametrize(
+    ("ring", "gloo", "verdict"),
+    [
+        ([1.0, 1.0, 1.0], [1.1, 1.2, 1.05], "faster"),
+        ([1.0, 1.3, 1.0], [1.1, 1.2, 1.05], "tied"),  # pairs on both sides of 1: within the noise
+        ([1.2, 1.3, 1.1], [1.1, 1.2, 1.05], "slower"),
+    ],
+)
 def test_ring_against_gloo_is_judged_pair_by_pair(ring, gloo, verdict) -> None:
     got = sweep.paired(ring, gloo)
     assert got["ring_vs_gloo"] == verdict and got["pairs"] == 3
     assert got["ring_over_gloo_lo"] <= got["ring_over_gloo"] <= got["ring_over_gloo_hi"]
-    rows = [{"collective": "ring", "size_bytes": 8, "time_s": sum(ring) / 3, "times_s": ring},
-            {"collective": "gloo", "size_bytes": 8, "time_s": sum(gloo) / 3, "times_s": gloo}]
+    rows = [
+        {"collective": "ring", "size_bytes": 8, "time_s": sum(ring) / 3, "times_s": ring},
+        {"collective": "gloo", "size_bytes": 8, "time_s": sum(gloo) / 3, "times_s": gloo},
+    ]
     sweep.add_ratios(rows, {}, 7, 20.0)
     slower = sweep.largest_summary([{**rows[0], "busbw_over_link": 0.8}, rows[1]], 7)["ring_vs_gloo"]
     assert slower["sizes_ring_slower"] == ([8] if verdict == "slower" else [])
@@ -69,8 +78,10 @@ def test_ring_against_gloo_is_judged_pair_by_pair(ring, gloo, verdict) -> None:
 
 def test_ps_over_ring_theory_is_n_squared_over_n_minus_1() -> None:
     n, size, link = 7, 2**20, 20.0
-    rows = [{"collective": "ring", "size_bytes": size, "time_s": 1.0},
-            {"collective": "ps", "size_bytes": size, "time_s": 6.0, "bound_s": 3.0}]
+    rows = [
+        {"collective": "ring", "size_bytes": size, "time_s": 1.0},
+        {"collective": "ps", "size_bytes": size, "time_s": 6.0, "bound_s": 3.0},
+    ]
     sweep.add_ratios(rows, {}, n, link)
     ps = rows[1]
     assert ps["ps_over_ring"] == pytest.approx(6.0)
@@ -78,10 +89,15 @@ def test_ps_over_ring_theory_is_n_squared_over_n_minus_1() -> None:
     assert ps["ratio_error"] == pytest.approx(abs(6.0 - 49 / 6) / (49 / 6), rel=1e-3)
 
 
-@pytest.mark.parametrize(("name", "kind", "shards", "colocated"), [
-    ("ring", "ring", 1, False), ("gloo", "gloo", 1, False), ("ps", "ps", 1, False),
-    ("ps:shards=7:placement=colocated", "ps", 7, True),
-])
+@pytest.mark.parametrize(
+    ("name", "kind", "shards", "colocated"),
+    [
+        ("ring", "ring", 1, False),
+        ("gloo", "gloo", 1, False),
+        ("ps", "ps", 1, False),
+        ("ps:shards=7:placement=colocated", "ps", 7, True),
+    ],
+)
 def test_algo_of_reads_strategy_names(name: str, kind: str, shards: int, colocated: bool) -> None:
     a = sweep.algo_of(name)
     assert (a.kind, a.shards, a.colocated) == (kind, shards, colocated)

@@ -44,8 +44,10 @@ def _missing_tool() -> str | None:
     return None
 
 
-pytestmark = [pytest.mark.integration,
-              pytest.mark.skipif(_missing_tool() is not None, reason=str(_missing_tool()))]
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(_missing_tool() is not None, reason=str(_missing_tool())),
+]
 
 
 def sh(*argv: str, check: bool = True) -> str:
@@ -161,9 +163,14 @@ def my_tcpdumps(marker: str) -> list[int]:
 
 
 def both_ends(tmp_path: Path, bpf: str) -> PcapCapture:
-    return PcapCapture([CapturePoint("root-end", ROOT_IF, tmp_path / "pcap" / "root-end.pcap"),
-                        CapturePoint("ns-end", NS_IF, tmp_path / "pcap" / "ns-end.pcap", ns_popen)],
-                       bpf=bpf, base_dir=tmp_path)
+    return PcapCapture(
+        [
+            CapturePoint("root-end", ROOT_IF, tmp_path / "pcap" / "root-end.pcap"),
+            CapturePoint("ns-end", NS_IF, tmp_path / "pcap" / "ns-end.pcap", ns_popen),
+        ],
+        bpf=bpf,
+        base_dir=tmp_path,
+    )
 
 
 @pytest.mark.parametrize("backend", ["netlink", "tc"])
@@ -209,12 +216,21 @@ def test_overload_queue_depth_and_pcaps_agree_with_kernel(link: Link, tmp_path: 
 
 
 def test_light_tcp_flow_is_captured_completely_on_both_ends(link: Link, tmp_path: Path) -> None:
-    server = ns_popen([sys.executable, "-c", (
-        "import socket,sys\n"
-        f"s=socket.create_server(('{NS_IP}',5201)); print('ready', flush=True)\n"
-        "c,_=s.accept(); n=0\n"
-        "while (b:=c.recv(65536)): n+=len(b)\n"
-        "print(n, flush=True)\n")], stdout=subprocess.PIPE, text=True)
+    server = ns_popen(
+        [
+            sys.executable,
+            "-c",
+            (
+                "import socket,sys\n"
+                f"s=socket.create_server(('{NS_IP}',5201)); print('ready', flush=True)\n"
+                "c,_=s.accept(); n=0\n"
+                "while (b:=c.recv(65536)): n+=len(b)\n"
+                "print(n, flush=True)\n"
+            ),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert server.stdout is not None and server.stdout.readline().strip() == "ready"
         with both_ends(tmp_path, "tcp") as cap:
@@ -242,8 +258,13 @@ def test_light_tcp_flow_is_captured_completely_on_both_ends(link: Link, tmp_path
 
 
 def test_missing_interface_fails_start_with_one_line_naming_the_point(link: Link, tmp_path: Path) -> None:
-    cap = PcapCapture([CapturePoint("root-end", ROOT_IF, tmp_path / "a.pcap"),
-                       CapturePoint("ps-port", "iltcap-nope", tmp_path / "b.pcap")], base_dir=tmp_path)
+    cap = PcapCapture(
+        [
+            CapturePoint("root-end", ROOT_IF, tmp_path / "a.pcap"),
+            CapturePoint("ps-port", "iltcap-nope", tmp_path / "b.pcap"),
+        ],
+        base_dir=tmp_path,
+    )
     with pytest.raises(CaptureError) as err:
         cap.start()
     assert "\n" not in str(err.value) and "'ps-port'" in str(err.value) and "iltcap-nope" in str(err.value)
@@ -256,8 +277,12 @@ def test_missing_interface_fails_start_with_one_line_naming_the_point(link: Link
 def test_interface_removed_mid_capture_is_reported_incomplete(link: Link, tmp_path: Path) -> None:
     sh("ip", "link", "add", SPARE_IF, "type", "veth", "peer", "name", SPARE_PEER)
     sh("ip", "link", "set", SPARE_IF, "up")
-    cap = PcapCapture([CapturePoint("doomed", SPARE_IF, tmp_path / "d.pcap"),
-                       CapturePoint("root-end", ROOT_IF, tmp_path / "r.pcap")])
+    cap = PcapCapture(
+        [
+            CapturePoint("doomed", SPARE_IF, tmp_path / "d.pcap"),
+            CapturePoint("root-end", ROOT_IF, tmp_path / "r.pcap"),
+        ]
+    )
     cap.start()
     sh("ip", "link", "del", SPARE_IF)
     doc = cap.stop()
@@ -275,4 +300,3 @@ def test_sampler_rejects_a_missing_class(link: Link, tmp_path: Path) -> None:
         with pytest.raises(QueueSamplerError, match="1:7"):
             sampler.start()
         assert sampler.stop()["samples"] == 0
-

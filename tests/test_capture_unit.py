@@ -63,11 +63,13 @@ sys.exit(0)
 
 def fake(mode: str, launched: list[subprocess.Popen[Any]]):
     """A popen for CapturePoint that runs the fake tcpdump in `mode` and remembers the process."""
+
     def popen(argv: list[str], **kw: Any) -> subprocess.Popen[Any]:
         assert argv[0] == "tcpdump"
         proc = subprocess.Popen([sys.executable, "-c", FAKE_TCPDUMP, mode, *argv[1:]], **kw)
         launched.append(proc)
         return proc
+
     return popen
 
 
@@ -80,45 +82,77 @@ def all_ended(launched: list[subprocess.Popen[Any]]) -> bool:
 
 
 def test_parse_tcpdump_stats() -> None:
-    lines = ["tcpdump: listening on lf1-eth3, link-type EN10MB (Ethernet), snapshot length 128 bytes",
-             "1 packet captured", "12 packets received by filter", "3 packets dropped by kernel",
-             "7 packets dropped by interface"]
-    assert parse_tcpdump_stats(lines) == {"packets_captured": 1, "packets_received": 12,
-                                          "packets_dropped_kernel": 3, "packets_dropped_interface": 7}
+    lines = [
+        "tcpdump: listening on lf1-eth3, link-type EN10MB (Ethernet), snapshot length 128 bytes",
+        "1 packet captured",
+        "12 packets received by filter",
+        "3 packets dropped by kernel",
+        "7 packets dropped by interface",
+    ]
+    assert parse_tcpdump_stats(lines) == {
+        "packets_captured": 1,
+        "packets_received": 12,
+        "packets_dropped_kernel": 3,
+        "packets_dropped_interface": 7,
+    }
     assert parse_tcpdump_stats(["tcpdump: x: No such device exists"]) == {}
 
 
 def test_argv_is_the_documented_command(tmp_path: Path) -> None:
     cap = PcapCapture([CapturePoint("ps-port", "lf1-eth3", tmp_path / "p.pcap")], bpf="tcp port 5000")
     assert cap.argv(cap.points[0]) == [
-        "tcpdump", "-i", "lf1-eth3", "-s", "128", "-B", "8192", "-w", str(tmp_path / "p.pcap"),
-        "--immediate-mode", "-n", "-U", "tcp", "port", "5000"]
+        "tcpdump",
+        "-i",
+        "lf1-eth3",
+        "-s",
+        "128",
+        "-B",
+        "8192",
+        "-w",
+        str(tmp_path / "p.pcap"),
+        "--immediate-mode",
+        "-n",
+        "-U",
+        "tcp",
+        "port",
+        "5000",
+    ]
 
 
 def test_clean_run_writes_complete_capture_json(tmp_path: Path) -> None:
     launched: list[subprocess.Popen[Any]] = []
-    cap = PcapCapture([point(tmp_path, "ps-port", "ok", launched), point(tmp_path, "h2", "one", launched)],
-                      base_dir=tmp_path, drain_s=0)
+    cap = PcapCapture(
+        [point(tmp_path, "ps-port", "ok", launched), point(tmp_path, "h2", "one", launched)],
+        base_dir=tmp_path,
+        drain_s=0,
+    )
     with cap:
         assert len(launched) == 2 and not any(p.poll() is not None for p in launched)
     doc = json.loads((tmp_path / "capture.json").read_text())
     assert doc["complete"] is True
     assert [(p["name"], p["file"], p["packets_captured"], p["complete"]) for p in doc["points"]] == [
-        ("ps-port", "pcap/ps-port.pcap", 42, True), ("h2", "pcap/h2.pcap", 1, True)]
+        ("ps-port", "pcap/ps-port.pcap", 42, True),
+        ("h2", "pcap/h2.pcap", 1, True),
+    ]
     assert all_ended(launched)
     assert cap.stop() == doc  # idempotent, same document
 
 
 def test_kernel_drops_make_point_incomplete(tmp_path: Path) -> None:
     launched: list[subprocess.Popen[Any]] = []
-    cap = PcapCapture([point(tmp_path, "a", "ok", launched), point(tmp_path, "b", "drops", launched)],
-                      drain_s=0)
+    cap = PcapCapture(
+        [point(tmp_path, "a", "ok", launched), point(tmp_path, "b", "drops", launched)], drain_s=0
+    )
     cap.start()
     doc = cap.stop()
     assert doc["complete"] is False
     b = doc["points"][1]
     assert (b["complete"], b["packets_captured"], b["packets_received"], b["packets_dropped_kernel"]) == (
-        False, 40, 45, 5)
+        False,
+        40,
+        45,
+        5,
+    )
     assert doc["points"][0]["complete"] is True
 
 
@@ -149,8 +183,9 @@ def test_start_times_out_when_tcpdump_never_listens(tmp_path: Path) -> None:
 
 def test_tcpdump_that_died_early_is_reported_not_raised(tmp_path: Path) -> None:
     launched: list[subprocess.Popen[Any]] = []
-    cap = PcapCapture([point(tmp_path, "gone", "dies", launched), point(tmp_path, "ok", "ok", launched)],
-                      drain_s=0)
+    cap = PcapCapture(
+        [point(tmp_path, "gone", "dies", launched), point(tmp_path, "ok", "ok", launched)], drain_s=0
+    )
     cap.start()
     launched[0].wait(timeout=10)
     doc = cap.stop()
@@ -176,11 +211,13 @@ def _rtattr(kind: int, payload: bytes) -> bytes:
     return raw + b"\0" * (-len(raw) % 4)
 
 
-def _tcmsg_with_stats(bytes_: int, packets: int, qlen: int, backlog: int, drops: int,
-                      pkt64: int | None = None) -> bytes:
+def _tcmsg_with_stats(
+    bytes_: int, packets: int, qlen: int, backlog: int, drops: int, pkt64: int | None = None
+) -> bytes:
     basic = struct.pack("=QI", bytes_, packets) + b"\0" * 4  # the kernel pads gnet_stats_basic to 16
-    nested = _rtattr(TCA_STATS_BASIC, basic) + _rtattr(TCA_STATS_QUEUE,
-                                                       struct.pack("=IIIII", qlen, backlog, drops, 0, 9))
+    nested = _rtattr(TCA_STATS_BASIC, basic) + _rtattr(
+        TCA_STATS_QUEUE, struct.pack("=IIIII", qlen, backlog, drops, 0, 9)
+    )
     if pkt64 is not None:
         nested += _rtattr(TCA_STATS_PKT64, struct.pack("=Q", pkt64))
     tcmsg = struct.pack("=BxxxiIII", 0, 5, 0x10001, 0x10000, 0)
@@ -196,9 +233,11 @@ def test_parse_tclass_stats() -> None:
 def test_parse_classid_and_tc_text() -> None:
     assert parse_classid("1:1") == 0x10001
     assert parse_classid("1:fffe") == 0x1FFFE
-    block = ["class htb 1:1 root prio 0 rate 20Mbit ceil 20Mbit burst 1600b cburst 1600b",
-             " Sent 3778808 bytes 2630 pkt (dropped 1380, overlimits 2619 requeues 0)",
-             " backlog 28840b 20p requeues 0"]
+    block = [
+        "class htb 1:1 root prio 0 rate 20Mbit ceil 20Mbit burst 1600b cburst 1600b",
+        " Sent 3778808 bytes 2630 pkt (dropped 1380, overlimits 2619 requeues 0)",
+        " backlog 28840b 20p requeues 0",
+    ]
     assert parse_tc_class_block(block) == ClassStats(28840, 20, 1380, 2630)
     assert parse_tc_class_block(block[:2]) is None
     assert (_tc_size("1514b"), _tc_size("30Kb"), _tc_size("2Mb")) == (1514, 30 * 1024, 2 * 1024 * 1024)

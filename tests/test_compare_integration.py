@@ -14,11 +14,33 @@ from tests.conftest import run_cli
 
 pytestmark = pytest.mark.integration
 
-KEYS = ("workers", "steps", "grad_bytes", "iter_time_s", "comm_time_s", "final_loss", "queue_drops_total",
-        "ps_port_drops", "max_port_drops", "tcp_retransmits_kernel", "bytes_by_link", "max_link_share",
-        "tcp_retransmits_pcap", "dupack_retransmits_pcap", "wireshark_fast_retransmits", "dup_acks",
-        "fabric_drops_pcap", "hot_ports", "delivered_bytes_by_receiver", "tcp_timeouts_kernel",
-        "tcp_timeouts_pcap", "bound_s", "comm_split", "fidelity", "busiest_link_utilisation")
+KEYS = (
+    "workers",
+    "steps",
+    "grad_bytes",
+    "iter_time_s",
+    "comm_time_s",
+    "final_loss",
+    "queue_drops_total",
+    "ps_port_drops",
+    "max_port_drops",
+    "tcp_retransmits_kernel",
+    "bytes_by_link",
+    "max_link_share",
+    "tcp_retransmits_pcap",
+    "dupack_retransmits_pcap",
+    "wireshark_fast_retransmits",
+    "dup_acks",
+    "fabric_drops_pcap",
+    "hot_ports",
+    "delivered_bytes_by_receiver",
+    "tcp_timeouts_kernel",
+    "tcp_timeouts_pcap",
+    "bound_s",
+    "comm_split",
+    "fidelity",
+    "busiest_link_utilisation",
+)
 
 
 def test_summary_has_every_documented_key(compare_run):
@@ -72,17 +94,30 @@ def test_run_folder_keeps_logs_series_pcaps_and_report(compare_run):
 def tshark(pcap: Path, *args: str) -> list[list[str]]:
     """tshark's fields of a capture, one list per packet."""
     assert shutil.which("tshark"), "tshark is installed by make deps"
-    out = subprocess.run(["tshark", "-r", str(pcap), *args], capture_output=True, text=True,
-                         timeout=300).stdout
+    out = subprocess.run(
+        ["tshark", "-r", str(pcap), *args], capture_output=True, text=True, timeout=300
+    ).stdout
     return [line.split("\t") for line in out.splitlines() if line]
 
 
 def tshark_delivered_bytes(pcap: Path, dst_ip: str) -> int:
     """Unique payload bytes toward dst_ip: the union of (seq, seq + len) ranges per connection direction."""
     spans: dict[tuple[str, str], list[tuple[int, int]]] = {}
-    for stream, src, seq, length in tshark(pcap, "-Y", f"ip.dst=={dst_ip} && tcp.len>0", "-T", "fields",
-                                           "-e", "tcp.stream", "-e", "ip.src", "-e", "tcp.seq_raw",
-                                           "-e", "tcp.len"):
+    for stream, src, seq, length in tshark(
+        pcap,
+        "-Y",
+        f"ip.dst=={dst_ip} && tcp.len>0",
+        "-T",
+        "fields",
+        "-e",
+        "tcp.stream",
+        "-e",
+        "ip.src",
+        "-e",
+        "tcp.seq_raw",
+        "-e",
+        "tcp.len",
+    ):
         spans.setdefault((stream, src), []).append((int(seq), int(length)))
     total = 0
     for segs in spans.values():
@@ -116,8 +151,10 @@ def test_timeouts_in_the_captures_agree_with_the_kernel(compare_run):
     summary = json.loads((run / "summary.json").read_text())["strategies"]
     servers = {sh["host"] for sh in json.loads((run / "ps" / "job.json").read_text())["shards"]}
     for name, fig in summary.items():
-        kernel = {h: c["kernel"].get("TcpExtTCPTimeouts", 0)
-                  for h, c in json.loads((run / name / "hosts.json").read_text()).items()}
+        kernel = {
+            h: c["kernel"].get("TcpExtTCPTimeouts", 0)
+            for h, c in json.loads((run / name / "hosts.json").read_text()).items()
+        }
         pcap = dict.fromkeys(kernel, 0)
         for ev in json.loads((run / name / "rto_events.json").read_text())["events"]:
             pcap[ev["host"]] += ev["kind"] != "tlp"
@@ -150,8 +187,17 @@ def test_wireshark_fast_retransmits_are_tsharks(compare_run):
     total = 0
     for h in plan["hosts"]:
         pcap = run / "ps" / "pcap" / f"{h['name']}.pcap"
-        total += len(tshark(pcap, "-Y", f"tcp.analysis.fast_retransmission && ip.src=={h['ip']}",
-                            "-T", "fields", "-e", "frame.number"))
+        total += len(
+            tshark(
+                pcap,
+                "-Y",
+                f"tcp.analysis.fast_retransmission && ip.src=={h['ip']}",
+                "-T",
+                "fields",
+                "-e",
+                "frame.number",
+            )
+        )
     assert fig["wireshark_fast_retransmits"] == total
 
 
@@ -169,8 +215,11 @@ def test_each_strategy_is_judged_at_its_own_hot_ports(compare_run):
     ring = s["ring"]
     assert ring["worst_queue_port"] != s["ps"]["ps_port"], "the ring never uses the PS port"
     assert ring["hot_ports"] and ring["hot_ports"][0]["tx_bytes"] >= ring["hot_ports"][-1]["tx_bytes"]
-    samples = [q for q in read_queue_samples(run / "ring" / "queue_depth.jsonl")
-               if q.port == ring["worst_queue_port"]]
+    samples = [
+        q
+        for q in read_queue_samples(run / "ring" / "queue_depth.jsonl")
+        if q.port == ring["worst_queue_port"]
+    ]
     assert max(q.backlog_packets for q in samples) > 0, "the ring's own worst port queues up"
 
 
@@ -194,17 +243,46 @@ def test_retransmissions_agree_with_tshark_on_the_incast_capture(compare_run):
     run, _ = compare_run
     pcap = run / "ps" / "pcap" / "h2.pcap"
     ours = analyze_counts(str(pcap))["retransmits"]
-    out = subprocess.run(["tshark", "-r", str(pcap), "-Y", "tcp.analysis.retransmission", "-T", "fields",
-                          "-e", "frame.number"], capture_output=True, text=True, timeout=300).stdout
+    out = subprocess.run(
+        [
+            "tshark",
+            "-r",
+            str(pcap),
+            "-Y",
+            "tcp.analysis.retransmission",
+            "-T",
+            "fields",
+            "-e",
+            "frame.number",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    ).stdout
     theirs = len(out.split())
     assert theirs > 0, "a worker's capture of an incast must hold retransmissions"
     assert abs(ours - theirs) <= max(1, 0.01 * theirs)
 
 
 def test_a_crashed_worker_ends_the_run_with_its_name_and_keeps_the_results(clean_host, tmp_path):
-    proc = run_cli(["compare", "--strategies", "ps,ring", "--workers", "3", "--steps", "8",
-                    "--capture", "ps-port", "--fault", "kill-worker:1@step2", "--results", str(tmp_path)],
-                   timeout=600)
+    proc = run_cli(
+        [
+            "compare",
+            "--strategies",
+            "ps,ring",
+            "--workers",
+            "3",
+            "--steps",
+            "8",
+            "--capture",
+            "ps-port",
+            "--fault",
+            "kill-worker:1@step2",
+            "--results",
+            str(tmp_path),
+        ],
+        timeout=600,
+    )
     assert proc.returncode == 1
     err = proc.stderr.strip().splitlines()[-1]
     assert "worker 1 (h3)" in err or "worker 1 (h3, container incastlab-h3)" in err, err
@@ -221,10 +299,14 @@ def test_a_crashed_worker_ends_the_run_with_its_name_and_keeps_the_results(clean
 
 
 def test_bad_experiment_input_is_refused_by_name(clean_host, tmp_path):
-    for args, needle in ((["--strategies", "ps,bogus"], "bogus"), (["--workers", "9"], "workers"),
-                         (["--backup", "7", "--strategies", "backup"], "backup"),
-                         (["--straggler", "h42:cpu=0.5"], "h42"), (["--staleness", "-1"], "staleness"),
-                         (["--fault", "link-down:lf9-eth1@2s"], "lf9-eth1")):
+    for args, needle in (
+        (["--strategies", "ps,bogus"], "bogus"),
+        (["--workers", "9"], "workers"),
+        (["--backup", "7", "--strategies", "backup"], "backup"),
+        (["--straggler", "h42:cpu=0.5"], "h42"),
+        (["--staleness", "-1"], "staleness"),
+        (["--fault", "link-down:lf9-eth1@2s"], "lf9-eth1"),
+    ):
         proc = run_cli(["compare", "--results", str(tmp_path)] + args, timeout=60)
         assert proc.returncode == 2, (args, proc.stderr)
         assert needle in proc.stderr and len(proc.stderr.strip().splitlines()) == 1

@@ -35,8 +35,9 @@ def build_image() -> str:
 
     ensure_dockerd()
     t0 = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "topologies.image"], cwd=ROOT, capture_output=True,
-                          text=True, timeout=1800)
+    proc = subprocess.run(
+        [sys.executable, "-m", "topologies.image"], cwd=ROOT, capture_output=True, text=True, timeout=1800
+    )
     print(f"make image: {time.monotonic() - t0:.1f} s\n{proc.stderr}")
     assert proc.returncode == 0, proc.stderr[-2000:]
     ok, why = image_current()
@@ -59,8 +60,9 @@ def docker_out(*args: str) -> str:
 
 def labelled(token: str) -> list[str]:
     """Names of the containers labelled with this run's marker value."""
-    return sorted(docker_out("ps", "-a", "--filter", f"label=incastlab.run={token}", "--format",
-                             "{{.Names}}").split())
+    return sorted(
+        docker_out("ps", "-a", "--filter", f"label=incastlab.run={token}", "--format", "{{.Names}}").split()
+    )
 
 
 def inspect(name: str) -> dict:
@@ -83,8 +85,9 @@ def test_compare_runs_every_worker_and_the_ps_in_containers(worker_image, clean_
     try:
         run.wait_line(r"ps: step [1-3]/3", 300)  # progress may skip a step
         names = labelled(token())  # `docker ps` during the run lists the run's containers
-        running = docker_out("ps", "--filter", f"label=incastlab.run={token()}", "--format",
-                             "{{.Names}} {{.Image}}")
+        running = docker_out(
+            "ps", "--filter", f"label=incastlab.run={token()}", "--format", "{{.Names}} {{.Image}}"
+        )
         code, _ = run.wait_exit(guard=600)
     except BaseException:
         run.kill_group()
@@ -107,8 +110,9 @@ def test_compare_runs_every_worker_and_the_ps_in_containers(worker_image, clean_
 
 def test_netns_runtime_still_works_and_starts_no_container(worker_image, clean_host, tmp_path):
     results = tmp_path / "results"
-    run = Running(["compare", "--runtime", "netns", "--strategies", "ring", "--steps", "2", "--results",
-                   str(results)])
+    run = Running(
+        ["compare", "--runtime", "netns", "--strategies", "ring", "--steps", "2", "--results", str(results)]
+    )
     try:
         run.wait_line(r"ring: step [12]/2", 300)  # progress may skip a step
         during = labelled(token())
@@ -125,8 +129,11 @@ def test_netns_runtime_still_works_and_starts_no_container(worker_image, clean_h
 
 def test_without_dockerd_the_run_says_so_in_one_line_and_uses_netns(clean_host, tmp_path):
     env = dict(os.environ, DOCKER_HOST="unix:///nonexistent/docker.sock")  # a dockerd that does not answer
-    proc = run_cli(["compare", "--strategies", "ring", "--steps", "1", "--capture", "none", "--results",
-                    str(tmp_path)], timeout=600, env=env)
+    proc = run_cli(
+        ["compare", "--strategies", "ring", "--steps", "1", "--capture", "none", "--results", str(tmp_path)],
+        timeout=600,
+        env=env,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = [ln for ln in proc.stderr.splitlines() if "runtime:" in ln]
     assert len(lines) == 1 and "runtime: netns (dockerd does not answer" in lines[0], lines
@@ -137,15 +144,34 @@ def test_without_dockerd_the_run_says_so_in_one_line_and_uses_netns(clean_host, 
 # -- limits ----------------------------------------------------------------------------------------------
 def test_straggler_limits_are_the_containers_and_a_cpu_fault_changes_them(worker_image, clean_host, tmp_path):
     cores = os.cpu_count() or 1
-    run = Running(["compare", "--runtime", "docker", "--strategies", "ring", "--steps", "4", "--capture",
-                   "none", "--straggler", "h3:cpu=0.5,cpuset=1,mem_mb=700", "--fault", "cpu:h3=0.25@step1",
-                   "--results", str(tmp_path)])
+    run = Running(
+        [
+            "compare",
+            "--runtime",
+            "docker",
+            "--strategies",
+            "ring",
+            "--steps",
+            "4",
+            "--capture",
+            "none",
+            "--straggler",
+            "h3:cpu=0.5,cpuset=1,mem_mb=700",
+            "--fault",
+            "cpu:h3=0.25@step1",
+            "--results",
+            str(tmp_path),
+        ]
+    )
     try:
         run.wait_line(r"ring: starting", 300)
         before = inspect("incastlab-h3")["HostConfig"]
         run.wait_line(r"fault: fired cpu h3=0.25", 300)
-        after = wait_for(lambda: (hc := inspect("incastlab-h3")["HostConfig"])["NanoCpus"]
-                         != before["NanoCpus"] and hc, 20, "docker update to take")
+        after = wait_for(
+            lambda: (hc := inspect("incastlab-h3")["HostConfig"])["NanoCpus"] != before["NanoCpus"] and hc,
+            20,
+            "docker update to take",
+        )
         other = inspect("incastlab-h4")["HostConfig"]
         code, _ = run.wait_exit(guard=600)
     except BaseException:
@@ -159,22 +185,28 @@ def test_straggler_limits_are_the_containers_and_a_cpu_fault_changes_them(worker
     lines = (run_folder(tmp_path) / "ring" / "faults.jsonl").read_text().splitlines()
     faults = [json.loads(ln) for ln in lines]
     assert [(f["event"], f["kind"], f.get("state")) for f in faults] == [
-        ("fired", "cpu", "cpu=0.25"), ("restored", "cpu", "cpu=planned")], faults
+        ("fired", "cpu", "cpu=0.25"),
+        ("restored", "cpu", "cpu=planned"),
+    ], faults
 
 
 # -- bad input, refused before anything is built -----------------------------------------------------------
-@pytest.mark.parametrize("args, needle", [
-    (["job", "--image", "incastlab/no-such-image:0", "--", "python3", "train.py"], "does not exist here"),
-    (["job", "--image", "incastlab/worker:0.1.0"], "give the command to run"),
-    (["job", "--", "python3", "train.py"], "--image IMAGE"),
-    (["compare", "--straggler", "h3:cpu=0"], "cpu share must be in (0, 1]"),
-    (["compare", "--straggler", "h3:cpu=-1"], "cpu share must be in (0, 1]"),
-    (["compare", "--fault", "cpu:h3=0@step2"], "the cpu limit must be a share in (0, 1]"),
-    (["compare", "--runtime", "netns", "--straggler", "h3:mem_mb=512"], "need --runtime docker"),
-    (["compare", "--runtime", "netns", "--fault", "cpu:h4=0.5@step1"], "without a CPU limit"),
-])
-def test_bad_input_is_refused_in_one_line_before_anything_is_built(worker_image, clean_host, tmp_path, args,
-                                                                     needle):
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["job", "--image", "incastlab/no-such-image:0", "--", "python3", "train.py"], "does not exist here"),
+        (["job", "--image", "incastlab/worker:0.1.0"], "give the command to run"),
+        (["job", "--", "python3", "train.py"], "--image IMAGE"),
+        (["compare", "--straggler", "h3:cpu=0"], "cpu share must be in (0, 1]"),
+        (["compare", "--straggler", "h3:cpu=-1"], "cpu share must be in (0, 1]"),
+        (["compare", "--fault", "cpu:h3=0@step2"], "the cpu limit must be a share in (0, 1]"),
+        (["compare", "--runtime", "netns", "--straggler", "h3:mem_mb=512"], "need --runtime docker"),
+        (["compare", "--runtime", "netns", "--fault", "cpu:h4=0.5@step1"], "without a CPU limit"),
+    ],
+)
+def test_bad_input_is_refused_in_one_line_before_anything_is_built(
+    worker_image, clean_host, tmp_path, args, needle
+):
     proc = run_cli([*args[:1], "--results", str(tmp_path), *args[1:]], timeout=120)
     assert proc.returncode == 2, proc.stderr
     errors = [ln for ln in proc.stderr.splitlines() if not ln.startswith("[incastlab")]
@@ -185,8 +217,9 @@ def test_bad_input_is_refused_in_one_line_before_anything_is_built(worker_image,
 
 # -- your own job ------------------------------------------------------------------------------------------
 def test_the_ddp_example_runs_as_a_job_with_a_report(worker_image, clean_host, tmp_path):
-    run = Running(["job", "--image", worker_image, "--results", str(tmp_path), "--", "python3", DDP,
-                   "--steps", "6"])
+    run = Running(
+        ["job", "--image", worker_image, "--results", str(tmp_path), "--", "python3", DDP, "--steps", "6"]
+    )
     try:
         run.wait_line(r"job: 7 containers running", 300)
         jobs = labelled(token())
@@ -202,8 +235,10 @@ def test_the_ddp_example_runs_as_a_job_with_a_report(worker_image, clean_host, t
     assert 1.0 < job["first_loss"] < 3.0 and 1.0 < job["final_loss"] < 3.0, job  # the losses it printed
     assert (folder / "report.html").stat().st_size > 10_000
     for rank in range(7):
-        printed = [float(m) for m in re.findall(r"time ([0-9.]+)", (folder / "job" / f"worker-{rank}.stdout")
-                                                  .read_text())]
+        printed = [
+            float(m)
+            for m in re.findall(r"time ([0-9.]+)", (folder / "job" / f"worker-{rank}.stdout").read_text())
+        ]
         assert len(printed) == 6
         rec = [json.loads(ln) for ln in (folder / "job" / f"worker-{rank}.jsonl").read_text().splitlines()]
         steps = [r for r in rec if "step" in r]
@@ -214,20 +249,40 @@ def test_the_ddp_example_runs_as_a_job_with_a_report(worker_image, clean_host, t
         assert abs(rhythm - own) < 0.15 * own, (rank, rhythm, printed)
         assert all(r["bytes_sent"] > 0.3 * 2**20 for r in steps)  # DDP's gradient buckets, each step
         # cut where its `step K` lines were read: each step ends with the last packet before its line
-        lines = [json.loads(ln) for ln in (folder / "job" / f"worker-{rank}.step_lines.jsonl")
-                 .read_text().splitlines()]
+        lines = [
+            json.loads(ln)
+            for ln in (folder / "job" / f"worker-{rank}.step_lines.jsonl").read_text().splitlines()
+        ]
         assert [sl["step"] for sl in lines] == [1, 2, 3, 4, 5, 6], lines
         assert all(0 <= sl["t"] - st["t_end"] < 0.25 for sl, st in zip(lines, steps, strict=True)), (
-            rank, [(sl["t"], st["t_end"]) for sl, st in zip(lines, steps, strict=True)])
+            rank,
+            [(sl["t"], st["t_end"]) for sl, st in zip(lines, steps, strict=True)],
+        )
     env = json.loads((folder / "job" / "job.json").read_text())
     assert env["world"] == 7 and env["master_addr"] == "10.0.0.2"
     assert labelled(token()) == []
 
 
-def test_a_failing_job_names_the_container_and_its_exit_code_and_keeps_the_results(worker_image, clean_host,
-                                                                                    tmp_path):
-    proc = run_cli(["job", "--image", worker_image, "--results", str(tmp_path), "--", "python3", DDP,
-                    "--steps", "5", "--fail-at", "2"], timeout=900)
+def test_a_failing_job_names_the_container_and_its_exit_code_and_keeps_the_results(
+    worker_image, clean_host, tmp_path
+):
+    proc = run_cli(
+        [
+            "job",
+            "--image",
+            worker_image,
+            "--results",
+            str(tmp_path),
+            "--",
+            "python3",
+            DDP,
+            "--steps",
+            "5",
+            "--fail-at",
+            "2",
+        ],
+        timeout=900,
+    )
     assert proc.returncode == 1, proc.stderr[-3000:]
     last = proc.stderr.strip().splitlines()[-1]
     assert "worker 1 (h3, container incastlab-h3-job) exited with code 3" in last, last
@@ -241,8 +296,9 @@ def test_a_failing_job_names_the_container_and_its_exit_code_and_keeps_the_resul
 
 
 # -- hygiene -----------------------------------------------------------------------------------------------
-def test_ctrl_c_while_containers_train_leaves_a_readable_run_and_a_clean_host(worker_image, clean_host,
-                                                                             tmp_path, rng):
+def test_ctrl_c_while_containers_train_leaves_a_readable_run_and_a_clean_host(
+    worker_image, clean_host, tmp_path, rng
+):
     from incastlab.cleanup import find_leftovers
 
     run = Running(["compare", "--runtime", "docker", "--steps", "20", "--results", str(tmp_path)])
@@ -255,13 +311,27 @@ def test_ctrl_c_while_containers_train_leaves_a_readable_run_and_a_clean_host(wo
 
 
 def test_after_sigkill_the_leftover_check_names_the_containers_and_clean_removes_only_incastlabs(
-        worker_image, tmp_path):
+    worker_image, tmp_path
+):
     from incastlab.cleanup import find_leftovers
     from topologies.image import BASE_IMAGE, docker
 
     bystander = f"not-incastlab-{os.getpid()}"  # someone else's container: never touched
-    docker("run", "-d", "--rm", "--network", "none", "--name", bystander, "--label", "incastlab.host=h1",
-           BASE_IMAGE, "sleep", "600", timeout=60)
+    docker(
+        "run",
+        "-d",
+        "--rm",
+        "--network",
+        "none",
+        "--name",
+        bystander,
+        "--label",
+        "incastlab.host=h1",
+        BASE_IMAGE,
+        "sleep",
+        "600",
+        timeout=60,
+    )
     try:
         with guarded_host("the SIGKILLed run"):
             run = Running(["compare", "--runtime", "docker", "--steps", "20", "--results", str(tmp_path)])
@@ -291,8 +361,19 @@ def test_a_killed_dockerd_ends_the_run_naming_it_and_leaves_a_clean_host(worker_
     from incastlab.cleanup import find_leftovers
     from topologies.containers import ensure_dockerd
 
-    run = Running(["compare", "--runtime", "docker", "--strategies", "ring", "--steps", "20", "--results",
-                   str(tmp_path)])
+    run = Running(
+        [
+            "compare",
+            "--runtime",
+            "docker",
+            "--strategies",
+            "ring",
+            "--steps",
+            "20",
+            "--results",
+            str(tmp_path),
+        ]
+    )
     try:
         run.wait_line(r"ring: step ([1-9]|1[0-9])/20", 300)  # progress may skip a step
         daemons = subprocess.run(["pgrep", "-x", "dockerd"], capture_output=True, text=True).stdout.split()
@@ -306,8 +387,11 @@ def test_a_killed_dockerd_ends_the_run_naming_it_and_leaves_a_clean_host(worker_
         ensure_dockerd()  # the machine's dockerd back, as make deps starts it
     assert code == 1, run.tail(40)
     last = run.text("stderr").strip().splitlines()[-1]
-    assert re.search(r"ring: worker \d \(h\d, container incastlab-h\d\) exited with code \d+: "
-                     r"dockerd stopped answering", last), last
+    assert re.search(
+        r"ring: worker \d \(h\d, container incastlab-h\d\) exited with code \d+: "
+        r"dockerd stopped answering",
+        last,
+    ), last
     folder = run_folder(tmp_path)
     assert json.loads((folder / "ring" / "status.json").read_text())["state"] == "failed"
     assert (folder / "summary.json").exists() and (folder / "report.html").exists()

@@ -24,7 +24,15 @@ from topologies.containers import Container, HostRuntime, Limits, choose_runtime
 def test_limits_become_docker_flags():
     assert Limits().docker_args() == []
     assert Limits(cpus=0.5, cpuset="1", memory_mb=512).docker_args() == [
-        "--cpus", "0.500", "--cpuset-cpus", "1", "--memory", "512m", "--memory-swap", "512m"]
+        "--cpus",
+        "0.500",
+        "--cpuset-cpus",
+        "1",
+        "--memory",
+        "512m",
+        "--memory-swap",
+        "512m",
+    ]
 
 
 def test_a_cpu_share_is_mininets_share_of_the_whole_machine(monkeypatch):
@@ -39,7 +47,7 @@ def test_a_host_container_has_no_network_of_its_own_and_carries_the_run():
     assert args[args.index("--network") + 1] == "none"
     assert "incastlab.run=run-7" in args and "incastlab.host=h3" in args and "INCASTLAB_RUN=run-7" in args
     assert args[args.index("-v") + 1] == "/r/x:/r/x" and "--rm" in args
-    assert args[args.index("--entrypoint") + 1:] == ["sleep", "incastlab/worker:0.1.0", "infinity"]
+    assert args[args.index("--entrypoint") + 1 :] == ["sleep", "incastlab/worker:0.1.0", "infinity"]
 
 
 def test_host_runtime_names_container_hosts_only():
@@ -94,16 +102,26 @@ def test_straggler_container_knobs_are_checked():
     st = Straggler.parse("h3:cpu=0.25,cpuset=0-1,mem_mb=512")
     st.validate()
     assert st.docker_only == ["cpuset", "mem_mb"]
-    for bad, needle in (("h3:cpuset=a", "cpuset must be"), ("h3:mem_mb=1", "mem_mb must be"),
-                        ("h3:cpu=0", "cpu share must be"), ("h3:cpu=-0.5", "cpu share must be")):
+    for bad, needle in (
+        ("h3:cpuset=a", "cpuset must be"),
+        ("h3:mem_mb=1", "mem_mb must be"),
+        ("h3:cpu=0", "cpu share must be"),
+        ("h3:cpu=-0.5", "cpu share must be"),
+    ):
         with pytest.raises(ParamError, match=needle):
             Straggler.parse(bad).validate()
 
 
-@pytest.mark.parametrize("text, needle", [
-    ("cpu:h3=0@step1", "must be a share in (0, 1]"), ("cpu:h3=-1@2s", "must be a share in (0, 1]"),
-    ("cpu:h3=x@2s", "must be a share in (0, 1]"), ("cpu:h99=0.5@2s", "HOST=SHARE"), ("cpu@2s", "HOST=SHARE"),
-])
+@pytest.mark.parametrize(
+    "text, needle",
+    [
+        ("cpu:h3=0@step1", "must be a share in (0, 1]"),
+        ("cpu:h3=-1@2s", "must be a share in (0, 1]"),
+        ("cpu:h3=x@2s", "must be a share in (0, 1]"),
+        ("cpu:h99=0.5@2s", "HOST=SHARE"),
+        ("cpu@2s", "HOST=SHARE"),
+    ],
+)
 def test_a_bad_cpu_fault_is_one_line(text, needle):
     with pytest.raises(ParamError, match=needle.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")):
         parse_fault(text, build_plan(FabricSpec()), 7)
@@ -150,17 +168,24 @@ def test_a_failed_job_container_is_named_with_its_exit_code(tmp_path, monkeypatc
     monkeypatch.setattr(Tracked, "dockerd_answers", lambda self: True)  # the job's own failure
     err = tmp_path / "worker-1.stderr"
     err.write_text("Traceback ...\nRuntimeError: out of patience\n")
-    procs = [Tracked("worker", 0, "h2", Done(None), tmp_path / "x", container="incastlab-h2-job"),
-             Tracked("worker", 1, "h3", Done(3), err, container="incastlab-h3-job")]
-    with pytest.raises(Exception, match=r"^job: worker 1 \(h3, container incastlab-h3-job\) exited with "
-                                        r"code 3: RuntimeError: out of patience$"):
+    procs = [
+        Tracked("worker", 0, "h2", Done(None), tmp_path / "x", container="incastlab-h2-job"),
+        Tracked("worker", 1, "h3", Done(3), err, container="incastlab-h3-job"),
+    ]
+    with pytest.raises(
+        Exception,
+        match=r"^job: worker 1 \(h3, container incastlab-h3-job\) exited with "
+        r"code 3: RuntimeError: out of patience$",
+    ):
         Follower("job", procs, lambda: {}).check()
 
 
 def test_a_lost_dockerd_is_named_as_such(tmp_path):
     err = tmp_path / "e"
-    err.write_text('error during connect: Get "http://%2Fvar%2Frun%2Fdocker.sock/v1.41/exec/1/json": read: '
-                   "connection reset by peer\n")
+    err.write_text(
+        'error during connect: Get "http://%2Fvar%2Frun%2Fdocker.sock/v1.41/exec/1/json": read: '
+        "connection reset by peer\n"
+    )
     t = Tracked("worker", 0, "h2", Done(1), err, container="incastlab-h2")
     assert t.last_error() == "dockerd stopped answering (connection reset by peer)"
 
@@ -213,8 +238,11 @@ def test_one_unclear_worker_is_read_with_the_others_count(tmp_path, monkeypatch)
     clear = [synthetic(6, 0.3, rng) for _ in range(2)]
     unclear = synthetic(6, 0.03, rng)  # pauses no longer than the waits inside an exchange
     series = {f"h{k}": ts for k, ts in enumerate([*clear, unclear])}
-    monkeypatch.setattr(rhythm, "data_packets", lambda path, ip: (
-        series[path], np.full(len(series[path]), 1448), np.ones(len(series[path]), bool)))
+    monkeypatch.setattr(
+        rhythm,
+        "data_packets",
+        lambda path, ip: (series[path], np.full(len(series[path]), 1448), np.ones(len(series[path]), bool)),
+    )
     assert len(rhythm.steps_from_bursts(rhythm.find_bursts(*rhythm.data_packets("h2", "")))) != 6
     every = rhythm.steps_of_job([(name, "") for name in series])
     assert [len(s) for s in every] == [6, 6, 6]
@@ -238,8 +266,9 @@ def test_a_worker_whose_boundaries_stray_from_the_others_is_cut_where_they_agree
     assert len(wrong) == 6 and wrong[-1].bytes_sent > 1.5 * right[3][-1].bytes_sent
     got = rhythm.agreed_steps([*right[:3], wrong], packets, 6)
     assert got[:3] == right[:3]
-    assert [(s.t_start, s.t_end, s.bytes_sent) for s in got[3]] == [(s.t_start, s.t_end, s.bytes_sent)
-                                                                  for s in right[3]]
+    assert [(s.t_start, s.t_end, s.bytes_sent) for s in got[3]] == [
+        (s.t_start, s.t_end, s.bytes_sent) for s in right[3]
+    ]
     # cut at its own step lines instead: kept as it is, whatever the pauses say
     kept = rhythm.agreed_steps([*right[:3], wrong], packets, 6, keep=[False, False, False, True])
     assert kept[3] == wrong
@@ -287,7 +316,7 @@ def test_where_the_traffic_misleads_the_step_lines_cut_each_step():
     for k, compute in enumerate([0.0, 0.3, 0.3, 0.3, 0.3, 0.06, 0.3]):  # k = 0: DDP's broadcast
         for i in range(600):
             early = k > 1 and i < 20  # the first bucket, sent half-way through backward
-            t += (compute / 2 if i in (0, 20) and k > 1 else compute if i == 0 else 0.0)
+            t += compute / 2 if i in (0, 20) and k > 1 else compute if i == 0 else 0.0
             t += rng.exponential(0.0006) + (0.45 if k == 1 and i == 300 else 0.0)
             ts.append(t)
             out.append(early or i % 2 == 0)
@@ -335,8 +364,9 @@ def test_a_stdout_copier_that_cannot_write_still_drains_the_job(tmp_path, capsys
 
     r, w = os.pipe()
     fr = os.fdopen(r, "rb")
-    copier = threading.Thread(target=copy_lines, args=(fr, tmp_path / "gone" / "w.stdout",
-                                                       tmp_path / "gone" / "w.step_lines.jsonl"))
+    copier = threading.Thread(
+        target=copy_lines, args=(fr, tmp_path / "gone" / "w.stdout", tmp_path / "gone" / "w.step_lines.jsonl")
+    )
     copier.start()
     with os.fdopen(w, "wb") as fw:
         fw.write(b"step 1 loss 2.3\n" * 20000)  # 320 kB: several times what a pipe holds

@@ -30,8 +30,16 @@ from runmodel.fabric import FabricSpec, build_plan
 from tests.waiting import wait_for
 
 RESERVED_PORTS = {6653, 8080}  # the Mininet experiments on this machine use these
-VALID_GETS = ["/api/topology", "/api/ports", "/api/queues", "/api/timeseries?since=0", "/api/phase",
-              "/api/events", "/", "/static/app.js"]
+VALID_GETS = [
+    "/api/topology",
+    "/api/ports",
+    "/api/queues",
+    "/api/timeseries?since=0",
+    "/api/phase",
+    "/api/events",
+    "/",
+    "/static/app.js",
+]
 TIMEOUT = 5.0
 REPO = Path(__file__).resolve().parent.parent
 
@@ -119,8 +127,13 @@ def raw_request(ctl: ControllerProcess, data: bytes, timeout: float = TIMEOUT) -
     return answer
 
 
-def request(ctl: ControllerProcess, method: str, path: str, body: bytes | None = None,
-            headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], bytes]:
+def request(
+    ctl: ControllerProcess,
+    method: str,
+    path: str,
+    body: bytes | None = None,
+    headers: dict[str, str] | None = None,
+) -> tuple[int, dict[str, str], bytes]:
     """One well-formed request through http.client."""
     conn = http.client.HTTPConnection("127.0.0.1", ctl.api_port, timeout=TIMEOUT)
     try:
@@ -161,9 +174,25 @@ def test_valid_gets_answer_200(ctl: ControllerProcess) -> None:
     assert topo["switches"] and not any(s["connected"] for s in topo["switches"])
 
 
-@pytest.mark.parametrize("since", ["yesterday", "nan", "NaN", "inf", "-inf", "1e999", "", "0x10", "1,5",
-                                   "%00", "%ff", "9" * 1500, "1" * 2000 + "x"],
-                         ids=lambda s: s[:12] or "empty")
+@pytest.mark.parametrize(
+    "since",
+    [
+        "yesterday",
+        "nan",
+        "NaN",
+        "inf",
+        "-inf",
+        "1e999",
+        "",
+        "0x10",
+        "1,5",
+        "%00",
+        "%ff",
+        "9" * 1500,
+        "1" * 2000 + "x",
+    ],
+    ids=lambda s: s[:12] or "empty",
+)
 def test_bad_since_is_400_json(ctl: ControllerProcess, since: str) -> None:
     doc = get_json_error(ctl, f"/api/timeseries?since={since}", 400)
     assert "since" in doc["error"]
@@ -179,17 +208,47 @@ def test_repeated_and_odd_queries(ctl: ControllerProcess) -> None:
         assert request(ctl, "GET", path)[0] == 200, path
 
 
-@pytest.mark.parametrize("path", ["/nope", "/api", "/api/", "/api/topology/", "/api/topology/x", "/API/ports",
-                                  "/index.htm", "/static", "/api/topology%00", "/%2e%2e/etc/passwd",
-                                  "//etc/passwd"])
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/nope",
+        "/api",
+        "/api/",
+        "/api/topology/",
+        "/api/topology/x",
+        "/API/ports",
+        "/index.htm",
+        "/static",
+        "/api/topology%00",
+        "/%2e%2e/etc/passwd",
+        "//etc/passwd",
+    ],
+)
 def test_unknown_paths_are_404_json(ctl: ControllerProcess, path: str) -> None:
     get_json_error(ctl, path, 404)
 
 
-TRAVERSALS = ["../api.py", "..%2fapi.py", "%2e%2e/api.py", "../../pyproject.toml",
-              "%2e%2e%2f%2e%2e%2fpyproject.toml", "..%5capi.py", "/etc/passwd", "%2fetc%2fpasswd",
-              "....//api.py", "./../api.py", "", ".", "..", "app.js%00.png", "app.js%00", "a" * 300,
-              "a/" * 900, "%c0%ae%c0%ae/api.py", "../static/app.js/.."]
+TRAVERSALS = [
+    "../api.py",
+    "..%2fapi.py",
+    "%2e%2e/api.py",
+    "../../pyproject.toml",
+    "%2e%2e%2f%2e%2e%2fpyproject.toml",
+    "..%5capi.py",
+    "/etc/passwd",
+    "%2fetc%2fpasswd",
+    "....//api.py",
+    "./../api.py",
+    "",
+    ".",
+    "..",
+    "app.js%00.png",
+    "app.js%00",
+    "a" * 300,
+    "a/" * 900,
+    "%c0%ae%c0%ae/api.py",
+    "../static/app.js/..",
+]
 
 
 @pytest.mark.parametrize("rel", TRAVERSALS, ids=lambda r: r[:24] or "empty")
@@ -219,13 +278,17 @@ def test_huge_path_is_414_json(ctl: ControllerProcess) -> None:
     assert answer.status == 414 and "error" in answer.json()
 
 
-@pytest.mark.parametrize("headers", [
-    b"X-Big: " + b"a" * 10_000 + b"\r\n",
-    b"X-Big: " + b"a" * 100_000 + b"\r\n",
-    b"".join(b"X-H%d: %s\r\n" % (i, b"b" * 4000) for i in range(40)),
-    b"".join(b"X-H%d: 1\r\n" % i for i in range(2000)),
-    b"Cookie: " + b"c=1; " * 2000 + b"\r\n",
-], ids=["10k-line", "100k-line", "160k-total", "2000-headers", "cookie"])
+@pytest.mark.parametrize(
+    "headers",
+    [
+        b"X-Big: " + b"a" * 10_000 + b"\r\n",
+        b"X-Big: " + b"a" * 100_000 + b"\r\n",
+        b"".join(b"X-H%d: %s\r\n" % (i, b"b" * 4000) for i in range(40)),
+        b"".join(b"X-H%d: 1\r\n" % i for i in range(2000)),
+        b"Cookie: " + b"c=1; " * 2000 + b"\r\n",
+    ],
+    ids=["10k-line", "100k-line", "160k-total", "2000-headers", "cookie"],
+)
 def test_huge_headers_are_4xx(ctl: ControllerProcess, headers: bytes) -> None:
     answer = raw_request(ctl, get_line("/api/topology", extra=headers))
     # past its limit the server stops reading and closes; the unread rest may make that a reset that
@@ -234,12 +297,14 @@ def test_huge_headers_are_4xx(ctl: ControllerProcess, headers: bytes) -> None:
 
 
 @pytest.mark.parametrize("method", ["POST", "PUT", "DELETE", "PATCH", "OPTIONS", "TRACE", "CONNECT", "FOO"])
-@pytest.mark.parametrize("body", [None, b"", b'{"state": "done"}', b"x" * 100_000], ids=["none", "empty",
-                                                                                         "json", "100k"])
+@pytest.mark.parametrize(
+    "body", [None, b"", b'{"state": "done"}', b"x" * 100_000], ids=["none", "empty", "json", "100k"]
+)
 def test_other_methods_are_405_json(ctl: ControllerProcess, method: str, body: bytes | None) -> None:
     path = "localhost:1" if method == "CONNECT" else "/api/phase"
-    status, headers, data = request(ctl, method, path, body=body,
-                                    headers={"Content-Type": "application/json"} if body else None)
+    status, headers, data = request(
+        ctl, method, path, body=body, headers={"Content-Type": "application/json"} if body else None
+    )
     assert status == 405, (method, status, data[:200])
     assert headers["content-type"] == "application/json"
     assert headers.get("allow") == "GET, HEAD"
@@ -247,14 +312,20 @@ def test_other_methods_are_405_json(ctl: ControllerProcess, method: str, body: b
     assert ctl.get("/api/phase")["state"] == "idle"  # nothing was written
 
 
-@pytest.mark.parametrize("data", [
-    b"POST /api/phase HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
-    b"5\r\nhello\r\n0\r\n\r\n",
-    b"PUT /api/phase HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\nzz\r\n",
-    b"POST /api/phase HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\nExpect: 100-continue\r\n"
-    b"Connection: close\r\n\r\n",
-    b"DELETE /api/phase HTTP/1.1\r\nHost: x\r\nContent-Length: 99999999999\r\nConnection: close\r\n\r\nab",
-], ids=["chunked", "bad-chunk", "expect-100", "lying-length"])
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"POST /api/phase HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+        b"5\r\nhello\r\n0\r\n\r\n",
+        b"PUT /api/phase HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nConnection: "
+        b"close\r\n\r\nzz\r\n",
+        b"POST /api/phase HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\nExpect: 100-continue\r\n"
+        b"Connection: close\r\n\r\n",
+        b"DELETE /api/phase HTTP/1.1\r\nHost: x\r\nContent-Length: 99999999999\r\nConnection: "
+        b"close\r\n\r\nab",
+    ],
+    ids=["chunked", "bad-chunk", "expect-100", "lying-length"],
+)
 def test_other_methods_raw_bodies_are_405(ctl: ControllerProcess, data: bytes) -> None:
     answer = raw_request(ctl, data)
     assert answer.status == 405, answer
@@ -264,8 +335,10 @@ def test_other_methods_raw_bodies_are_405(ctl: ControllerProcess, data: bytes) -
 def test_head_answers_headers_without_a_body(ctl: ControllerProcess) -> None:
     # two HEADs then a GET on one keep-alive connection: a body after a HEAD would corrupt the stream
     with socket.create_connection(("127.0.0.1", ctl.api_port), timeout=TIMEOUT) as s:
-        s.sendall(b"HEAD /api/phase HTTP/1.1\r\nHost: x\r\n\r\nHEAD /nope HTTP/1.1\r\nHost: x\r\n\r\n"
-                  b"GET /api/phase HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        s.sendall(
+            b"HEAD /api/phase HTTP/1.1\r\nHost: x\r\n\r\nHEAD /nope HTTP/1.1\r\nHost: x\r\n\r\n"
+            b"GET /api/phase HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+        )
         data = b""
         while chunk := s.recv(65536):
             data += chunk
@@ -275,21 +348,37 @@ def test_head_answers_headers_without_a_body(ctl: ControllerProcess) -> None:
     assert json.loads(parts[3].partition(b"\r\n\r\n")[2])["state"] == "idle"
 
 
-@pytest.mark.parametrize("data", [
-    b"\x00\xff\xfe garbage \x01\x02\r\n\r\n",
-    bytes.fromhex("16030100a5010000a10303") + bytes(range(256)),  # a TLS ClientHello
-    b"GET / / / HTTP/1.1\r\n\r\n",
-    b"GET /api/topology HTTP/1.1 extra\r\n\r\n",
-    b"GET /api/topology HTTP/x.y\r\n\r\n",
-    b"GET /api/topology FTP/1.1\r\n\r\n",
-    b"GET /api/topology HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\nConnection: close\r\n\r\n",
-    b"GET /api/topology HTTP/1.1\r\nHost: x\r\nContent-Length: -1\r\nConnection: close\r\n\r\n",
-    b"\r\n\r\n\r\n",
-    b"GET",
-    b"A" * 100_000,
-    b"\x80" * 5000 + b"\r\n\r\n",
-], ids=["garbage", "tls", "too-many-words", "extra-word", "bad-version", "not-http", "bad-length",
-        "negative-length", "blank", "truncated", "no-newline", "high-bytes"])
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"\x00\xff\xfe garbage \x01\x02\r\n\r\n",
+        bytes.fromhex("16030100a5010000a10303") + bytes(range(256)),  # a TLS ClientHello
+        b"GET / / / HTTP/1.1\r\n\r\n",
+        b"GET /api/topology HTTP/1.1 extra\r\n\r\n",
+        b"GET /api/topology HTTP/x.y\r\n\r\n",
+        b"GET /api/topology FTP/1.1\r\n\r\n",
+        b"GET /api/topology HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\nConnection: close\r\n\r\n",
+        b"GET /api/topology HTTP/1.1\r\nHost: x\r\nContent-Length: -1\r\nConnection: close\r\n\r\n",
+        b"\r\n\r\n\r\n",
+        b"GET",
+        b"A" * 100_000,
+        b"\x80" * 5000 + b"\r\n\r\n",
+    ],
+    ids=[
+        "garbage",
+        "tls",
+        "too-many-words",
+        "extra-word",
+        "bad-version",
+        "not-http",
+        "bad-length",
+        "negative-length",
+        "blank",
+        "truncated",
+        "no-newline",
+        "high-bytes",
+    ],
+)
 def test_malformed_requests_are_4xx_or_closed(ctl: ControllerProcess, data: bytes) -> None:
     answer = raw_request(ctl, data)
     # the server may also just close a connection that never formed a request line
@@ -303,21 +392,37 @@ def test_unsupported_http_version(ctl: ControllerProcess) -> None:
     assert answer.status in (400, 505), answer
 
 
-@pytest.mark.parametrize("data", [
-    b"GET /api/topology HTTP/1.0\r\n\r\n",
-    b"GET /api/topology HTTP/1.1\nHost: x\nConnection: close\n\n",
-    b"GET http://localhost/api/topology HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
-    b"GET * HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
-    b"GET api/topology HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
-    b"GET /static/app.js\x00 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
-    b"GET /static/\xff\xfe HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
-    b"GET /static/..\\..\\api.py HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
-    b"GET /api/timeseries?since=\xff HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
-    b"GET /api/topology HTTP/1.1\r\nHost x\r\n: y\r\n\x00: \x01\r\nConnection: close\r\n\r\n",
-    b"GET /api/topology HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\nConnection: close\r\n\r\n",
-    b"GET /api/topology\r\n\r\n",
-], ids=["http10", "bare-lf", "absolute-uri", "star", "relative", "nul", "binary-path", "backslashes",
-        "binary-query", "broken-headers", "odd-transfer-encoding", "http09"])
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"GET /api/topology HTTP/1.0\r\n\r\n",
+        b"GET /api/topology HTTP/1.1\nHost: x\nConnection: close\n\n",
+        b"GET http://localhost/api/topology HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+        b"GET * HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+        b"GET api/topology HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+        b"GET /static/app.js\x00 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+        b"GET /static/\xff\xfe HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+        b"GET /static/..\\..\\api.py HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+        b"GET /api/timeseries?since=\xff HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+        b"GET /api/topology HTTP/1.1\r\nHost x\r\n: y\r\n\x00: \x01\r\nConnection: close\r\n\r\n",
+        b"GET /api/topology HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\nConnection: close\r\n\r\n",
+        b"GET /api/topology\r\n\r\n",
+    ],
+    ids=[
+        "http10",
+        "bare-lf",
+        "absolute-uri",
+        "star",
+        "relative",
+        "nul",
+        "binary-path",
+        "backslashes",
+        "binary-query",
+        "broken-headers",
+        "odd-transfer-encoding",
+        "http09",
+    ],
+)
 def test_odd_but_parseable_requests_are_200_or_4xx(ctl: ControllerProcess, data: bytes) -> None:
     answer = raw_request(ctl, data)
     assert answer.status is not None and (answer.status == 200 or 400 <= answer.status < 500), answer
@@ -338,9 +443,13 @@ def test_client_that_resets_mid_request(ctl: ControllerProcess) -> None:
 
 # -- slow and many clients ---------------------------------------------------------------------
 def test_slow_clients_do_not_block_others(ctl: ControllerProcess) -> None:
-    halves = [b"GET /api/topo", b"GET /api/topology HTTP/1.1\r\nHost: x\r\n",
-              b"POST /api/phase HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{\"sta",
-              b"GET /api/phase HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n", b""]
+    halves = [
+        b"GET /api/topo",
+        b"GET /api/topology HTTP/1.1\r\nHost: x\r\n",
+        b'POST /api/phase HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{"sta',
+        b"GET /api/phase HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n",
+        b"",
+    ]
     slow = []
     try:
         for data in halves * 4:
@@ -429,8 +538,9 @@ def test_controller_survived_without_tracebacks(ctl: ControllerProcess) -> None:
 def listen_addresses(port: int) -> set[str]:
     """Local addresses of the TCP listeners on `port` (from ss, or /proc/net/tcp without it)."""
     if shutil.which("ss"):
-        out = subprocess.run(["ss", "-Hltn", f"sport = :{port}"], capture_output=True, text=True,
-                             timeout=10, check=True).stdout
+        out = subprocess.run(
+            ["ss", "-Hltn", f"sport = :{port}"], capture_output=True, text=True, timeout=10, check=True
+        ).stdout
         return {line.split()[3].rsplit(":", 1)[0] for line in out.splitlines() if line.strip()}
     found = set()
     for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
@@ -444,8 +554,9 @@ def listen_addresses(port: int) -> set[str]:
 def other_local_address() -> str | None:
     """An IPv4 address of this machine that is not loopback, or None."""
     try:
-        out = subprocess.run(["ip", "-4", "-o", "addr", "show"], capture_output=True, text=True,
-                             timeout=10).stdout
+        out = subprocess.run(
+            ["ip", "-4", "-o", "addr", "show"], capture_output=True, text=True, timeout=10
+        ).stdout
     except OSError:
         return None
     for m in re.finditer(r"inet (\d+\.\d+\.\d+\.\d+)/", out):
@@ -515,8 +626,22 @@ def test_openflow_port_taken_is_refused_naming_the_address(tmp_path: Path, taken
         ctl = ControllerProcess(plan, ControllerOptions(of_port=port, api_port=free_port()), tmp_path)
         with pytest.raises(ControllerError, match=f"OpenFlow port 127.0.0.1:{port} is already in use"):
             ctl.check_ports()
-        done = subprocess.run([sys.executable, "-m", "controller.main", "--plan", str(tmp_path / "plan.json"),
-                               "--of-port", str(port), "--api-port", str(free_port())],
-                              capture_output=True, text=True, timeout=60, cwd=REPO)
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "controller.main",
+                "--plan",
+                str(tmp_path / "plan.json"),
+                "--of-port",
+                str(port),
+                "--api-port",
+                str(free_port()),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=REPO,
+        )
     assert done.returncode == 2, done.stderr
     assert done.stderr.strip() == f"controller: OpenFlow port 127.0.0.1:{port} is already in use"

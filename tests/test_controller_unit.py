@@ -74,8 +74,12 @@ def test_topology_reports_connection_state_and_ps():
     status, headers, body = call(app, "/api/topology")
     doc = json.loads(body)
     assert status == 200 and headers["Content-Type"] == "application/json"
-    assert {s["name"]: s["connected"] for s in doc["switches"]} == {"sp1": False, "sp2": False, "lf1": True,
-                                                                     "lf2": False}
+    assert {s["name"]: s["connected"] for s in doc["switches"]} == {
+        "sp1": False,
+        "sp2": False,
+        "lf1": True,
+        "lf2": False,
+    }
     assert doc["ps_host"] == "h1" and doc["ps_port"]["name"] == "lf1-eth3"
 
 

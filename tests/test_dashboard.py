@@ -411,8 +411,11 @@ def test_stale_banner_when_timestamp_frozen(driver: WebDriver, fake_factory: Cal
     check_stale_banner(driver, visible=True, timeout=8)
     assert time.monotonic() - frozen_at > 2.0, "banner shown before the data was 3 s old"
     api.set_mode("error")
-    wait_for(lambda: "HTTP 500" in driver.find_element(By.ID, "stale-reason").get_attribute("textContent"),
-             8, "the page to get the API's HTTP 500")
+    wait_for(
+        lambda: "HTTP 500" in driver.find_element(By.ID, "stale-reason").get_attribute("textContent"),
+        8,
+        "the page to get the API's HTTP 500",
+    )
     check_stale_banner(driver, visible=True, timeout=1)
     api.set_mode("ok")
     check_stale_banner(driver, visible=False)

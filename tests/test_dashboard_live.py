@@ -28,8 +28,12 @@ def live(tmp_path_factory):
     from incastlab.session import fabric_session
 
     workdir = tmp_path_factory.mktemp("dash")
-    with guarded_host("the dashboard session"), fabric_session(
-            build_plan(FabricSpec()), ControllerOptions(api_port=free_port()), workdir, ping=False) as sess:
+    with (
+        guarded_host("the dashboard session"),
+        fabric_session(
+            build_plan(FabricSpec()), ControllerOptions(api_port=free_port()), workdir, ping=False
+        ) as sess,
+    ):
         yield sess
 
 
@@ -40,10 +44,15 @@ def test_live_fabric_is_drawn_updates_and_marks_incast_drops(live, driver):  # n
     dash.check_fabric_drawn(driver, base, 2, 4, 2)
     fab = live.fabric
     servers = [fab.host("h1").popen(["iperf3", "-s", "-1", "-p", str(5500 + k)]) for k in range(7)]
-    wait_for(lambda: all(tcp_listening(s.pid, 5500 + k) for k, s in enumerate(servers)), 15,
-             "the iperf3 servers on h1 to listen")
-    clients = [fab.host(f"h{k + 2}").popen(["iperf3", "-c", "10.0.0.1", "-p", str(5500 + k), "-t", "6"])
-               for k in range(7)]
+    wait_for(
+        lambda: all(tcp_listening(s.pid, 5500 + k) for k, s in enumerate(servers)),
+        15,
+        "the iperf3 servers on h1 to listen",
+    )
+    clients = [
+        fab.host(f"h{k + 2}").popen(["iperf3", "-c", "10.0.0.1", "-p", str(5500 + k), "-t", "6"])
+        for k in range(7)
+    ]
     try:
         dash.check_live_value_changes(driver, timeout=10)
         dash.check_ps_port_dropping(driver, base, dropping=True, timeout=10)

@@ -21,15 +21,18 @@ pytestmark = pytest.mark.integration
 
 
 # -- bad input: refused before anything is built ---------------------------------------------------
-@pytest.mark.parametrize("args, needle", [
-    (["--spines", "0"], "spines"),
-    (["--leaves", "0"], "leaves"),
-    (["--host-mbit", "-1"], "host_mbit"),
-    (["--uplink-mbit", "0"], "uplink_mbit"),
-    (["--buffer", "0"], "buffer"),
-    (["--ps-host", "h99"], "h99"),
-    (["--api-port", "70000"], "api-port"),
-])
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["--spines", "0"], "spines"),
+        (["--leaves", "0"], "leaves"),
+        (["--host-mbit", "-1"], "host_mbit"),
+        (["--uplink-mbit", "0"], "uplink_mbit"),
+        (["--buffer", "0"], "buffer"),
+        (["--ps-host", "h99"], "h99"),
+        (["--api-port", "70000"], "api-port"),
+    ],
+)
 def test_bad_fabric_parameters_are_one_line_errors(clean_host, args, needle):
     proc = run_cli(["fabric", "--no-calibrate"] + args, timeout=60)
     assert proc.returncode == 2
@@ -85,8 +88,9 @@ def fabric_is_there() -> None:
 def test_ctrl_c_at_any_point_of_the_fabric_leaves_nothing_behind(clean_host, tmp_path, rng, point):
     at, moved_on, max_delay = HOLD_POINTS[point]
     run = Running(["fabric", "--hold", "--no-calibrate", "--workdir", str(tmp_path)])
-    code, secs = interrupt_at(run, rng, at, moved_on, max_delay,
-                              before_signal=fabric_is_there if point == "holding" else None)
+    code, secs = interrupt_at(
+        run, rng, at, moved_on, max_delay, before_signal=fabric_is_there if point == "holding" else None
+    )
     assert_exit_130_soon(code, secs, run)
     assert "interrupted; the fabric was taken down" in run.text("stderr")
     assert find_leftovers().empty(), f"Ctrl-C during {point} left {find_leftovers().describe()}"

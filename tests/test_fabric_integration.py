@@ -64,10 +64,15 @@ def test_incast_drops_seen_by_the_api_equal_the_kernel_counters(session):
     fab = session.fabric
     ps_port = session.plan.ps_port.name
     servers = [fab.host("h1").popen(["iperf3", "-s", "-1", "-p", str(5400 + k)]) for k in range(7)]
-    wait_for(lambda: all(tcp_listening(s.pid, 5400 + k) for k, s in enumerate(servers)), 15,
-             "the iperf3 servers on h1 to listen")
-    clients = [fab.host(f"h{k + 2}").popen(["iperf3", "-c", "10.0.0.1", "-p", str(5400 + k), "-n", "1M"])
-               for k in range(7)]
+    wait_for(
+        lambda: all(tcp_listening(s.pid, 5400 + k) for k, s in enumerate(servers)),
+        15,
+        "the iperf3 servers on h1 to listen",
+    )
+    clients = [
+        fab.host(f"h{k + 2}").popen(["iperf3", "-c", "10.0.0.1", "-p", str(5400 + k), "-n", "1M"])
+        for k in range(7)
+    ]
     answered = 0
 
     def clients_done() -> bool:

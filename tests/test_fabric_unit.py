@@ -9,17 +9,20 @@ from runmodel.fabric import FabricSpec, PortRef, build_plan
 from runmodel.params import ParamError
 
 
-@pytest.mark.parametrize("kwargs, field", [
-    ({"spines": 0}, "spines"),
-    ({"leaves": 0}, "leaves"),
-    ({"hosts_per_leaf": -1}, "hosts_per_leaf"),
-    ({"host_mbit": 0}, "host_mbit"),
-    ({"uplink_mbit": -5}, "uplink_mbit"),
-    ({"buffer_pkts": 0}, "buffer_pkts"),
-    ({"ps_host": "h9"}, "ps_host"),
-    ({"datapath": "warp"}, "datapath"),
-    ({"loss_pct": 100}, "loss_pct"),
-])
+@pytest.mark.parametrize(
+    "kwargs, field",
+    [
+        ({"spines": 0}, "spines"),
+        ({"leaves": 0}, "leaves"),
+        ({"hosts_per_leaf": -1}, "hosts_per_leaf"),
+        ({"host_mbit": 0}, "host_mbit"),
+        ({"uplink_mbit": -5}, "uplink_mbit"),
+        ({"buffer_pkts": 0}, "buffer_pkts"),
+        ({"ps_host": "h9"}, "ps_host"),
+        ({"datapath": "warp"}, "datapath"),
+        ({"loss_pct": 100}, "loss_pct"),
+    ],
+)
 def test_impossible_fabrics_are_refused_by_field(kwargs, field):
     with pytest.raises(ParamError) as err:
         FabricSpec(**kwargs)
@@ -27,8 +30,9 @@ def test_impossible_fabrics_are_refused_by_field(kwargs, field):
     assert "\n" not in str(err.value)
 
 
-@pytest.mark.parametrize("overrides, field", [({"host_cpu": {"h42": 0.5}}, "cpu"),
-                                               ({"host_mbit": {"h42": 5.0}}, "link_mbit")])
+@pytest.mark.parametrize(
+    "overrides, field", [({"host_cpu": {"h42": 0.5}}, "cpu"), ({"host_mbit": {"h42": 5.0}}, "link_mbit")]
+)
 def test_a_slowed_host_must_exist(overrides, field):
     with pytest.raises(ParamError, match=field):
         build_plan(FabricSpec(), **overrides)
@@ -80,8 +84,12 @@ def _deliver(plan, rules, src_host, dst_mac, max_hops=10):
         assert hops < max_hops, "forwarding loop"
         sr = by_name[sw]
         is_mc = int(dst_mac.split(":")[0], 16) & 1
-        cands = [f for f in sr.flows if ("in_port" not in f.match or f.match["in_port"] == in_port)
-                 and (f.match["eth_dst"] == dst_mac if isinstance(f.match["eth_dst"], str) else is_mc)]
+        cands = [
+            f
+            for f in sr.flows
+            if ("in_port" not in f.match or f.match["in_port"] == in_port)
+            and (f.match["eth_dst"] == dst_mac if isinstance(f.match["eth_dst"], str) else is_mc)
+        ]
         flow = max(cands, key=lambda f: f.priority)
         group = next((g for g in sr.groups if g.group_id == flow.group), None)
         ports = flow.out_ports if group is None else group.ports[:1]
@@ -188,7 +196,7 @@ def test_the_controller_check_survives_a_hello_that_is_not_text() -> None:
         def hello() -> None:
             conn, _ = server.accept()
             with conn:
-                conn.sendall(bytes([0x04, 0x00, 0x00, 0x08, 0xa4, 0xff, 0x00, 0x9c]))
+                conn.sendall(bytes([0x04, 0x00, 0x00, 0x08, 0xA4, 0xFF, 0x00, 0x9C]))
 
         t = threading.Thread(target=hello, daemon=True)
         t.start()

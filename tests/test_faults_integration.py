@@ -22,9 +22,23 @@ def events(run: Path, strategy: str) -> list[dict]:
 
 
 def test_a_dead_uplink_is_routed_around_and_training_goes_on(clean_host, tmp_path):
-    proc = run_cli(["compare", "--strategies", "ring", "--steps", "8", *SHORT,
-                    "--fault", "link-down:lf2-eth1@step2", "--fault", "flap:lf3-eth2@step5",
-                    "--results", str(tmp_path)], timeout=600)
+    proc = run_cli(
+        [
+            "compare",
+            "--strategies",
+            "ring",
+            "--steps",
+            "8",
+            *SHORT,
+            "--fault",
+            "link-down:lf2-eth1@step2",
+            "--fault",
+            "flap:lf3-eth2@step5",
+            "--results",
+            str(tmp_path),
+        ],
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     run = tmp_path / "latest"
     fired = read_jsonl(run / "ring" / "faults.jsonl")
@@ -42,8 +56,21 @@ def test_a_dead_uplink_is_routed_around_and_training_goes_on(clean_host, tmp_pat
 
 
 def test_controller_restart_keeps_forwarding_and_leaves_a_visible_gap(clean_host, tmp_path):
-    proc = run_cli(["compare", "--strategies", "ps", "--steps", "12", *SHORT,
-                    "--fault", "controller-restart@step2", "--results", str(tmp_path)], timeout=600)
+    proc = run_cli(
+        [
+            "compare",
+            "--strategies",
+            "ps",
+            "--steps",
+            "12",
+            *SHORT,
+            "--fault",
+            "controller-restart@step2",
+            "--results",
+            str(tmp_path),
+        ],
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     run = tmp_path / "latest"
     fired = read_jsonl(run / "ps" / "faults.jsonl")
@@ -58,8 +85,21 @@ def test_controller_restart_keeps_forwarding_and_leaves_a_visible_gap(clean_host
 
 
 def test_async_carries_on_without_a_killed_worker_and_says_so(clean_host, tmp_path):
-    proc = run_cli(["compare", "--strategies", "async", "--steps", "8", *SHORT,
-                    "--fault", "kill-worker:1@step2", "--results", str(tmp_path)], timeout=600)
+    proc = run_cli(
+        [
+            "compare",
+            "--strategies",
+            "async",
+            "--steps",
+            "8",
+            *SHORT,
+            "--fault",
+            "kill-worker:1@step2",
+            "--results",
+            str(tmp_path),
+        ],
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "training goes on with 2 workers" in proc.stderr
     run = tmp_path / "latest" / "async"
@@ -121,6 +161,7 @@ def test_a_killed_run_is_cleaned_and_the_next_one_starts(clean_host, tmp_path, r
     assert cleaned.returncode == 0, cleaned.stdout + cleaned.stderr
     assert find_leftovers().empty(), f"clean left {find_leftovers().describe()}"
     assert_readable_incomplete_run(run_dir(tmp_path), summary_expected=False)
-    again = run_cli(["compare", "--strategies", "ring", "--steps", "2", *SHORT, "--results", str(tmp_path)],
-                    timeout=600)
+    again = run_cli(
+        ["compare", "--strategies", "ring", "--steps", "2", *SHORT, "--results", str(tmp_path)], timeout=600
+    )
     assert again.returncode == 0, "the next run starts cleanly: " + again.stderr[-1500:]

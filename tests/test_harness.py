@@ -64,9 +64,24 @@ def run_tiny(tmp_path: Path, source: str, ci: str | None) -> subprocess.Complete
     if ci is not None:
         env["CI"] = ci
     env["PYTHONPATH"] = str(ROOT)
-    return subprocess.run([sys.executable, "-m", "pytest", "-p", "tests.conftest", "-p", "no:cacheprovider",
-                           "-rA", str(tmp_path)], cwd=tmp_path, env=env, capture_output=True, text=True,
-                          timeout=120)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "tests.conftest",
+            "-p",
+            "no:cacheprovider",
+            "-rA",
+            str(tmp_path),
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 @pytest.mark.parametrize("how", list(SKIPPING))
@@ -89,25 +104,33 @@ def test_a_skip_is_a_skip_without_ci(tmp_path: Path, how: str, ci: str | None) -
 
 
 def test_xfail_stays_xfail_under_ci(tmp_path: Path) -> None:
-    proc = run_tiny(tmp_path, """
+    proc = run_tiny(
+        tmp_path,
+        """
         import pytest
         @pytest.mark.xfail(reason="known")
         def test_known():
             assert False
-    """, ci="true")
+    """,
+        ci="true",
+    )
     assert proc.returncode == 0 and "1 xfailed" in proc.stdout, proc.stdout + proc.stderr
 
 
 def test_under_ci_the_real_suite_cannot_skip_for_lack_of_root(tmp_path: Path) -> None:
     """The fixture every integration test uses goes through require(): under CI it fails."""
-    proc = run_tiny(tmp_path, """
+    proc = run_tiny(
+        tmp_path,
+        """
         import os
         from tests.conftest import guarded_host
         def test_guarded():
             os.environ["PATH"] = "/nonexistent"  # no ovs-vsctl: have_network_tools() says why
             with guarded_host():
                 pass
-    """, ci="true")
+    """,
+        ci="true",
+    )
     out = proc.stdout + proc.stderr
     assert proc.returncode == 1 and "CI=true does not allow skips" in out, out
 
@@ -119,8 +142,11 @@ def sleeper(marker: str | None) -> subprocess.Popen[bytes]:
 
     env = dict(os.environ) if marker is None else dict(os.environ, **{MARKER: marker})
     proc = subprocess.Popen(["sleep", "120"], env=env)
-    wait_for(lambda: Path(f"/proc/{proc.pid}/environ").read_bytes().count(b"INCASTLAB_RUN="), 5,
-             "the sleeper to run")
+    wait_for(
+        lambda: Path(f"/proc/{proc.pid}/environ").read_bytes().count(b"INCASTLAB_RUN="),
+        5,
+        "the sleeper to run",
+    )
     return proc
 
 

@@ -28,8 +28,20 @@ SRU = 48 * 1024
 def incast_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     results = tmp_path_factory.mktemp("incast")
     with guarded_host("incast"):
-        proc = run_cli(["incast", "--senders", ",".join(map(str, SENDERS)), "--rounds", str(ROUNDS),
-                        "--lines", "base,rto_min_ms=1", "--results", str(results)], timeout=900)
+        proc = run_cli(
+            [
+                "incast",
+                "--senders",
+                ",".join(map(str, SENDERS)),
+                "--rounds",
+                str(ROUNDS),
+                "--lines",
+                "base,rto_min_ms=1",
+                "--results",
+                str(results),
+            ],
+            timeout=900,
+        )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "incast.json" in proc.stdout + proc.stderr or (results / "latest" / "incast.json").exists()
     return results / "latest"
@@ -96,9 +108,17 @@ def test_retransmissions_agree_with_tshark_on_the_senders_captures(incast_run: P
             continue
         # Wireshark calls a resent segment "out-of-order" when it leaves within its RTT heuristic of the
         # last one (a loss probe or fast retransmit on a sub-ms path): both are the kernel's retransmits
-        theirs += len(tshark(pcap, "-Y", "(tcp.analysis.retransmission || tcp.analysis.out_of_order) && "
-                                         f"ip.src=={ip[host]}",
-                             "-T", "fields", "-e", "frame.number"))
+        theirs += len(
+            tshark(
+                pcap,
+                "-Y",
+                f"(tcp.analysis.retransmission || tcp.analysis.out_of_order) && ip.src=={ip[host]}",
+                "-T",
+                "fields",
+                "-e",
+                "frame.number",
+            )
+        )
     ours = sum(hosts[h]["kernel"].get("TcpRetransSegs", 0) for h in hosts if h != "h1")
     print(f"retransmissions at N={row['senders']}: kernel {ours}, tshark {theirs}")
     assert ours > 0, "six senders into a 3-packet port must lose packets"
@@ -127,16 +147,20 @@ def test_the_report_and_rebuild_read_the_same_file(incast_run: Path, tmp_path: P
     assert again == {(r["line"], r["senders"]): r["timeouts_kernel"] for r in rows(incast_run)}
 
 
-@pytest.mark.parametrize(("args", "says"), [
-    (["--senders", "0"], "senders must be >= 1"),
-    (["--senders", "16"], "16 senders need 17 hosts"),
-    (["--sru", "0"], "sru_bytes (--sru) must be >= 1"),
-    (["--cc", "foo"], "invalid choice: 'foo'"),
-    (["--lines", "rto_min_ms=0.0001"], "below the kernel's 1 us"),
-    (["--rto-min-ms", "0"], "rto_min_ms must be > 0"),
-])
-def test_bad_input_is_refused_in_one_line_before_anything_is_built(args: list[str], says: str,
-                                                                   tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--senders", "0"], "senders must be >= 1"),
+        (["--senders", "16"], "16 senders need 17 hosts"),
+        (["--sru", "0"], "sru_bytes (--sru) must be >= 1"),
+        (["--cc", "foo"], "invalid choice: 'foo'"),
+        (["--lines", "rto_min_ms=0.0001"], "below the kernel's 1 us"),
+        (["--rto-min-ms", "0"], "rto_min_ms must be > 0"),
+    ],
+)
+def test_bad_input_is_refused_in_one_line_before_anything_is_built(
+    args: list[str], says: str, tmp_path: Path
+) -> None:
     proc = run_cli(["incast", *args, "--results", str(tmp_path)], timeout=60)
     assert proc.returncode == 2
     last = proc.stderr.strip().splitlines()[-1]

@@ -8,8 +8,17 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 # topology -> controller -> workloads -> capture -> analysis -> report, the run model under all of
 # them, the command line (incastlab) and the benchmarks on top
-STAGES = ["runmodel", "topologies", "controller", "workloads", "capture", "analysis", "report", "incastlab",
-          "bench"]
+STAGES = [
+    "runmodel",
+    "topologies",
+    "controller",
+    "workloads",
+    "capture",
+    "analysis",
+    "report",
+    "incastlab",
+    "bench",
+]
 
 
 def module_imports() -> dict[str, set[str]]:
@@ -27,8 +36,10 @@ def module_imports() -> dict[str, set[str]]:
                 elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
                     # `from pkg import mod` imports the module pkg.mod; `from mod import name` the module
                     base = ROOT / node.module.replace(".", "/")
-                    names = [f"{node.module}.{a.name}" if (base / f"{a.name}.py").exists() else node.module
-                             for a in node.names]
+                    names = [
+                        f"{node.module}.{a.name}" if (base / f"{a.name}.py").exists() else node.module
+                        for a in node.names
+                    ]
                 deps |= {n for n in names if n.split(".")[0] in STAGES}
             graph[mod] = deps
     known = set(graph)
@@ -37,8 +48,12 @@ def module_imports() -> dict[str, set[str]]:
 
 def test_no_stage_imports_a_later_stage():
     rank = {pkg: k for k, pkg in enumerate(STAGES)}
-    wrong = [f"{m} imports {d}" for m, deps in module_imports().items() for d in deps
-             if rank[d.split(".")[0]] > rank[m.split(".")[0]]]
+    wrong = [
+        f"{m} imports {d}"
+        for m, deps in module_imports().items()
+        for d in deps
+        if rank[d.split(".")[0]] > rank[m.split(".")[0]]
+    ]
     assert not wrong, wrong
 
 
@@ -51,7 +66,7 @@ def test_the_module_graph_has_no_cycles():
         state[m] = 1
         for d in sorted(graph[m]):
             if state.get(d) == 1:
-                cycles.append(path[path.index(d):] + [d] if d in path else [m, d])
+                cycles.append(path[path.index(d) :] + [d] if d in path else [m, d])
             elif d not in state:
                 visit(d, path + [d])
         state[m] = 2
@@ -63,6 +78,11 @@ def test_the_module_graph_has_no_cycles():
 
 
 def test_the_run_model_imports_no_stage():
-    outside = [f"{m} imports {d}" for m, deps in module_imports().items() if m.startswith("runmodel")
-               for d in deps if not d.startswith("runmodel")]
+    outside = [
+        f"{m} imports {d}"
+        for m, deps in module_imports().items()
+        if m.startswith("runmodel")
+        for d in deps
+        if not d.startswith("runmodel")
+    ]
     assert not outside, outside

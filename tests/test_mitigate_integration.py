@@ -22,8 +22,13 @@ def test_each_variant_is_a_row_and_a_folder_of_its_own(cured):
     run, proc = cured
     summary = json.loads((run / "summary.json").read_text())
     assert list(summary["strategies"]) == VARIANTS.split(",")
-    for folder in ("ps", "ps_shards-2_rto_min_ms-1_cc-reno", "ps_shards-2_placement-colocated",
-                   "ps_pull-serial", "ring"):
+    for folder in (
+        "ps",
+        "ps_shards-2_rto_min_ms-1_cc-reno",
+        "ps_shards-2_placement-colocated",
+        "ps_pull-serial",
+        "ring",
+    ):
         assert (run / folder / "status.json").exists(), folder
     for name in VARIANTS.split(","):
         assert name in proc.stdout
@@ -72,11 +77,16 @@ def test_a_serial_pull_answers_one_worker_after_another(cured):
 
 def test_a_variants_tcp_is_in_effect_while_it_runs_and_gone_after(cured):
     run, _ = cured
-    tcp = {d: {h: {k: v[k] for k in ("cc", "rto_min_ms")}
-               for h, v in json.loads((run / d / "status.json").read_text())["tcp"].items()}
-           for d in ("ps", "ps_shards-2_rto_min_ms-1_cc-reno", "ring")}
+    tcp = {
+        d: {
+            h: {k: v[k] for k in ("cc", "rto_min_ms")}
+            for h, v in json.loads((run / d / "status.json").read_text())["tcp"].items()
+        }
+        for d in ("ps", "ps_shards-2_rto_min_ms-1_cc-reno", "ring")
+    }
     assert tcp["ps_shards-2_rto_min_ms-1_cc-reno"] and all(
-        v == {"cc": "reno", "rto_min_ms": 1.0} for v in tcp["ps_shards-2_rto_min_ms-1_cc-reno"].values())
+        v == {"cc": "reno", "rto_min_ms": 1.0} for v in tcp["ps_shards-2_rto_min_ms-1_cc-reno"].values()
+    )
     for d in ("ps", "ring"):  # before it and after it: the run's own settings, read from the kernel
         assert all(v == {"cc": "cubic", "rto_min_ms": 200.0} for v in tcp[d].values()), (d, tcp[d])
     s = json.loads((run / "summary.json").read_text())["strategies"]

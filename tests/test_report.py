@@ -32,11 +32,25 @@ from runmodel.records import FaultRecord, JsonlWriter
 from tests.conftest import ROOT, require
 from tests.make_run_fixture import FIXTURE_DIR, MAX_BYTES, header_bytes
 
-BASE_FIGURES = {"iter_time", "comm_split", "queue_occupancy", "drops_retransmits", "goodput",
-                "goodput_receivers", "goodput_ps_flows", "link_utilisation", "link_bytes", "dequeue_cdf",
-                "cpu"}
-SUMMARY_TABLES = ["timing-and-loss", "switch-queues-and-links", "tcp",
-                  "bounds-and-the-split-of-communication-time"]
+BASE_FIGURES = {
+    "iter_time",
+    "comm_split",
+    "queue_occupancy",
+    "drops_retransmits",
+    "goodput",
+    "goodput_receivers",
+    "goodput_ps_flows",
+    "link_utilisation",
+    "link_bytes",
+    "dequeue_cdf",
+    "cpu",
+}
+SUMMARY_TABLES = [
+    "timing-and-loss",
+    "switch-queues-and-links",
+    "tcp",
+    "bounds-and-the-split-of-communication-time",
+]
 STRAGGLER_FIGURES = {"compute_share", "loss"}
 ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
 CHROMIUM = shutil.which("chromium")
@@ -130,8 +144,8 @@ def test_fixture_is_a_small_real_run() -> None:
             assert data[:4] == b"\xd4\xc3\xb2\xa1" or data[:4] == b"\x4d\x3c\xb2\xa1", pt["file"]
             off, n = 24, 0
             while off + 16 <= len(data):  # the trimmed records keep their headers, nothing more
-                incl = int.from_bytes(data[off + 8: off + 12], "little")
-                pkt = data[off + 16: off + 16 + incl]
+                incl = int.from_bytes(data[off + 8 : off + 12], "little")
+                pkt = data[off + 16 : off + 16 + incl]
                 assert incl == header_bytes(pkt) or incl < 54
                 off, n = off + 16 + incl, n + 1
             assert n == pt["packets_captured"], pt["file"]
@@ -189,11 +203,14 @@ def test_tables_are_summary_json(built: tuple[Path, dict[str, Any]]) -> None:
     q = tables["switch-queues-and-links"]
     ps = q["rows"]["ps"]
     assert ps[q["headers"].index("PS-port drops")] == str(summary["ps"]["ps_port_drops"])
-    assert ps[q["headers"].index("busiest link, share of all link bytes")] == \
-        f"{summary['ps']['max_link_share'] * 100:.1f} % ({summary['ps']['busiest_link']})"
+    assert (
+        ps[q["headers"].index("busiest link, share of all link bytes")]
+        == f"{summary['ps']['max_link_share'] * 100:.1f} % ({summary['ps']['busiest_link']})"
+    )
     tcp = tables["tcp"]
-    assert tcp["rows"]["ps"][tcp["headers"].index("retransmissions (pcap)")] == \
-        str(summary["ps"]["tcp_retransmits_pcap"])
+    assert tcp["rows"]["ps"][tcp["headers"].index("retransmissions (pcap)")] == str(
+        summary["ps"]["tcp_retransmits_pcap"]
+    )
     # the same cells in both renderings, each table under its own heading
     md = md_tables((run / "report.md").read_text())
     html = (run / "report.html").read_text()
@@ -206,9 +223,15 @@ def test_tables_are_summary_json(built: tuple[Path, dict[str, Any]]) -> None:
 def test_same_tables_without_summary_json(run_copy: Path) -> None:
     """`incastlab report RUN` renders summary.json; without it, it rebuilds it with analysis.summary and
     shows the same table values, and a complete run stays complete."""
+
     def report() -> str:
-        proc = subprocess.run([sys.executable, "-m", "incastlab.cli", "report", str(run_copy)], cwd=ROOT,
-                              capture_output=True, text=True, timeout=300)
+        proc = subprocess.run(
+            [sys.executable, "-m", "incastlab.cli", "report", str(run_copy)],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert proc.returncode == 0, proc.stderr
         assert Path(proc.stdout.strip()) == run_copy / "report.html"
         return (run_copy / "report.md").read_text()
@@ -302,8 +325,9 @@ def test_drops_add_up_to_the_summary(built: tuple[Path, dict[str, Any]]) -> None
             assert d["ps_port"] is None
         else:
             assert d["ps_port"]["total"] == summary[strategy]["ps_port_drops"]
-        assert d["fabric"]["per_s"] == pytest.approx([c / t for c, t in zip(d["fabric"]["count"],
-                                                                            d["fabric"]["dt"], strict=True)])
+        assert d["fabric"]["per_s"] == pytest.approx(
+            [c / t for c, t in zip(d["fabric"]["count"], d["fabric"]["dt"], strict=True)]
+        )
         assert d["fabric"]["dt"] == pytest.approx([interval] * len(d["fabric"]["dt"]), rel=0.2)
     assert max(drops["ps"]["ps_port"]["per_s"]) > 0 and drops["ring"]["ps_port"] is None
 
@@ -323,7 +347,8 @@ def test_pcap_series_add_up(built: tuple[Path, dict[str, Any]]) -> None:
             logged += summary[strategy]["worker_bytes_sent"]  # the PS received every gradient
         assert sum(good[strategy]["goodput_bytes"]) == pytest.approx(logged, rel=0.01)
         assert good[strategy]["goodput_mbit_s"] == pytest.approx(
-            [b * 8 / good[strategy]["bin_s"] / 1e6 for b in good[strategy]["goodput_bytes"]])
+            [b * 8 / good[strategy]["bin_s"] / 1e6 for b in good[strategy]["goodput_bytes"]]
+        )
     assert good["ps"]["hosts"] == ["h1", "h2", "h3", "h4"] and good["ring"]["hosts"] == ["h2", "h3", "h4"]
 
 
@@ -384,8 +409,9 @@ def test_stragglers_and_target_loss(run_copy: Path) -> None:
     share = res["figures"]["compute_share"]
     assert share["stragglers"] == {1: "h3"}  # h3 is worker_hosts[1]
     for strategy in ("ps", "ring"):
-        assert share["shares"][strategy] == {int(k): v for k, v in
-                                             summary[strategy]["worker_compute_share_by_rank"].items()}
+        assert share["shares"][strategy] == {
+            int(k): v for k, v in summary[strategy]["worker_compute_share_by_rank"].items()
+        }
     loss = res["figures"]["loss"]
     assert loss["target"] == 2.31 and loss["xlim"] == res["figures"]["goodput"]["xlim"]
     t0 = t0_of(run_copy, "ps")
@@ -393,7 +419,8 @@ def test_stragglers_and_target_loss(run_copy: Path) -> None:
     want = [sum(r["loss"] for r in recs if r["step"] == k) / 3 for k in (0, 1, 2)]
     assert loss["strategies"]["ps"]["loss"] == pytest.approx(want)
     assert loss["strategies"]["ps"]["t"] == pytest.approx(
-        [max(r["t_end"] for r in recs if r["step"] == k) - t0 for k in (0, 1, 2)])
+        [max(r["t_end"] for r in recs if r["step"] == k) - t0 for k in (0, 1, 2)]
+    )
     tt = res["tables"]["time-to-loss-2-31"]
     for strategy in ("ps", "ring"):
         d = loss["strategies"][strategy]
@@ -418,8 +445,9 @@ def test_async_gets_the_staleness_panel(run_copy: Path) -> None:
     res = build_report(run_copy)
     summary = summary_of(run_copy)["strategies"]
     assert {"staleness", "compute_share", "loss", "queue_occupancy"} <= set(res["figures"])
-    assert res["figures"]["staleness"] == {"async": {int(k): v for k, v in
-                                                     summary["async"]["staleness_histogram"].items()}}
+    assert res["figures"]["staleness"] == {
+        "async": {int(k): v for k, v in summary["async"]["staleness_histogram"].items()}
+    }
     events = jsonl(run_copy / "async" / "ps.jsonl")
     applied = [e for e in events if e.get("event") == "update" and e["applied"]]
     assert sum(res["figures"]["staleness"]["async"].values()) == len(applied)
@@ -458,9 +486,11 @@ def test_faults_events_and_gaps(run_copy: Path) -> None:
     rows = jsonl(ps / "timeseries.jsonl")
     hole = (t0 + 1.8, t0 + 3.3)
     rows = [r for r in rows if not hole[0] < r["t"] < hole[1]]
-    rows += [{"t": t0 + 0.51, "kind": "event", "event": "port_down", "switch": "lf1", "port": 1},
-             {"t": t0 + 0.52, "kind": "event", "event": "port_down", "switch": "sp1", "port": 1},
-             {"t": t0 + 0.6, "kind": "event", "event": "reroute", "link": "lf1-sp1", "state": "down"}]
+    rows += [
+        {"t": t0 + 0.51, "kind": "event", "event": "port_down", "switch": "lf1", "port": 1},
+        {"t": t0 + 0.52, "kind": "event", "event": "port_down", "switch": "sp1", "port": 1},
+        {"t": t0 + 0.6, "kind": "event", "event": "reroute", "link": "lf1-sp1", "state": "down"},
+    ]
     rows.sort(key=lambda r: r["t"])
     (ps / "timeseries.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     res = build_report(run_copy)
@@ -484,8 +514,11 @@ def test_faults_events_and_gaps(run_copy: Path) -> None:
     ts = sorted({r["t"] for r in rows if r["kind"] != "event"})
     before = max(t for t in ts if t <= hole[0])
     after = min(t for t in ts if t >= hole[1])
-    assert len(gaps) == 1 and gaps[0]["t0"] == pytest.approx(before - t0) and \
-        gaps[0]["t1"] == pytest.approx(after - t0)
+    assert (
+        len(gaps) == 1
+        and gaps[0]["t0"] == pytest.approx(before - t0)
+        and gaps[0]["t1"] == pytest.approx(after - t0)
+    )
     fabric = res["figures"]["drops_retransmits"]["drops"]["ps"]["fabric"]
     after_hole = next(i for i, t in enumerate(fabric["t"]) if t > hole[1] - t0)
     assert fabric["dt"][after_hole] == pytest.approx(after - before, abs=0.1)  # not one poll interval
@@ -558,20 +591,33 @@ def test_not_a_run_folder(tmp_path: Path) -> None:
     (tmp_path / "empty").mkdir()
     with pytest.raises(ParamError, match="no readable config.json"):
         build_report(tmp_path / "empty")
-    proc = subprocess.run([sys.executable, "-m", "incastlab.cli", "report", str(tmp_path / "nope")], cwd=ROOT,
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "incastlab.cli", "report", str(tmp_path / "nope")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "run folder not found" in proc.stderr
 
 
 # -- the document model ------------------------------------------------------------------------------------
 def test_document_model_renders_both_ways(tmp_path: Path) -> None:
-    t = Table("A <table>", "name", [Column("n", "how many"), Column("what", numeric=False)],
-              [Row("a|b", ["1", "x < y"]), Row("c", ["2", "–"], bad=True)], notes=["– means none"])
+    t = Table(
+        "A <table>",
+        "name",
+        [Column("n", "how many"), Column("what", numeric=False)],
+        [Row("a|b", ["1", "x < y"]), Row("c", ["2", "–"], bad=True)],
+        notes=["– means none"],
+    )
     fig = Figure("f", b"\x89PNG\r\n\x1a\nfake", "A figure", "Its caption & more")
-    doc = Document("Title", "incomplete", ["one fact", "another"],
-                   [Callout("Careful", ["something <broke>"], "warning"),
-                    Callout("Verdict", ["fine"], "verdict")],
-                   [Section("First part", [Paragraph("Text."), Bullets(["i", "j"]), t, fig])])
+    doc = Document(
+        "Title",
+        "incomplete",
+        ["one fact", "another"],
+        [Callout("Careful", ["something <broke>"], "warning"), Callout("Verdict", ["fine"], "verdict")],
+        [Section("First part", [Paragraph("Text."), Bullets(["i", "j"]), t, fig])],
+    )
     html = render_html(doc)
     assert "A &lt;table&gt;" in html and "x &lt; y" in html and "something &lt;broke&gt;" in html
     assert "<h2 id='first-part'>First part</h2>" in html and "<tr class='bad'>" in html
@@ -620,11 +666,26 @@ def _screenshot(html: Path, png: Path, height: int) -> None:
     import tempfile
 
     with tempfile.TemporaryDirectory() as profile:
-        proc = subprocess.run([CHROMIUM or "chromium", "--headless", "--no-sandbox", "--disable-gpu",
-                               "--disable-background-networking", "--disable-component-update",
-                               "--disable-sync", "--no-first-run", f"--user-data-dir={profile}",
-                               "--hide-scrollbars", f"--window-size=1400,{height}", f"--screenshot={png}",
-                               html.as_uri()], capture_output=True, text=True, timeout=120)
+        proc = subprocess.run(
+            [
+                CHROMIUM or "chromium",
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                "--no-first-run",
+                f"--user-data-dir={profile}",
+                "--hide-scrollbars",
+                f"--window-size=1400,{height}",
+                f"--screenshot={png}",
+                html.as_uri(),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
     assert proc.returncode == 0 and png.is_file(), proc.stderr[-2000:]
 
 
@@ -654,8 +715,14 @@ def test_page_at_1400px(tmp_path: Path) -> None:
         build_report(run)
         reals.append(run)
     opts = Options()
-    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                "--window-size=1400,3000", "--hide-scrollbars"):
+    for arg in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--window-size=1400,3000",
+        "--hide-scrollbars",
+    ):
         opts.add_argument(arg)
     opts.binary_location = CHROMIUM or ""
     drv = webdriver.Chrome(service=Service(executable_path=shutil.which("chromedriver")), options=opts)

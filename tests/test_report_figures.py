@@ -49,8 +49,9 @@ BUILT: dict[str, tuple[Path, dict[str, Any]]] = {}  # one copy and report per ru
 SESSION_RUNS = ("compare", "mitigate")  # real runs of this checkout (tests/conftest.py session fixtures)
 
 
-def build(key: str, tmp: pytest.TempPathFactory,
-          request: pytest.FixtureRequest | None = None) -> tuple[Path, dict[str, Any]]:
+def build(
+    key: str, tmp: pytest.TempPathFactory, request: pytest.FixtureRequest | None = None
+) -> tuple[Path, dict[str, Any]]:
     """The fixture's copy, or a copy of a real run (its summary rebuilt by today's code), and its report."""
     if key not in BUILT:
         if key == "fixture":
@@ -84,8 +85,9 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any
 
 
 @pytest.fixture(scope="module", params=[real_param("mitigate"), *(real_param(str(p)) for p in REAL_RUNS)])
-def real(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-         ) -> tuple[Path, dict[str, Any]]:
+def real(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[Path, dict[str, Any]]:
     """A copy of a real run with PS variants (this checkout's, and any named by INCASTLAB_REPORT_RUNS)."""
     return build(request.param, tmp_path_factory, request)
 
@@ -94,8 +96,9 @@ REAL_KEYS = (*SESSION_RUNS, *map(str, REAL_RUNS))
 
 
 @pytest.fixture(scope="module", params=["fixture", *(real_param(k) for k in REAL_KEYS)], ids=_id)
-def any_run(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-            ) -> tuple[Path, dict[str, Any]]:
+def any_run(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[Path, dict[str, Any]]:
     """tests/data/run-small, this checkout's real runs, then every other real run named."""
     return build(request.param, tmp_path_factory, request)
 
@@ -136,9 +139,13 @@ def test_environment_in_the_facts(built: tuple[Path, dict[str, Any]]) -> None:
     run, _ = built
     env = json.loads((run / "config.json").read_text())["environment"]
     facts = (run / "report.md").read_text().splitlines()[2]
-    for text in (f"OVS {env['datapath']} datapath", f"kernel {env['kernel']}", f"{env['cores']} cores",
-                 f"virtualisation {env['virtualisation']}",
-                 f"TCP {env['cc']}, minimum RTO {env['rto_min_ms']:g} ms"):
+    for text in (
+        f"OVS {env['datapath']} datapath",
+        f"kernel {env['kernel']}",
+        f"{env['cores']} cores",
+        f"virtualisation {env['virtualisation']}",
+        f"TCP {env['cc']}, minimum RTO {env['rto_min_ms']:g} ms",
+    ):
         assert text in facts
 
 
@@ -152,17 +159,27 @@ def test_fidelity_table_is_summary_fidelity(any_run: tuple[Path, dict[str, Any]]
         fid = summary[n]["fidelity"]
         assert values == {k: fid.get(k) for k in values}
         assert cell(res, "fidelity-checks", n, "verdict") == fid["verdict"]
-        assert cell(res, "fidelity-checks", n, "unexplained loss") == \
-            f"{fid['unexplained_loss_share'] * 100:.1f} %"
+        assert (
+            cell(res, "fidelity-checks", n, "unexplained loss")
+            == f"{fid['unexplained_loss_share'] * 100:.1f} %"
+        )
         assert cell(res, "fidelity-checks", n, "dequeue port") == fid["dequeue_port"]
-        assert cell(res, "fidelity-checks", n, "departure gap / ideal (median)") == \
-            f"{fid['dequeue_gap_median_over_ideal']:.3f}"
-        assert cell(res, "fidelity-checks", n, "seconds with every core saturated") == \
-            f"{fid['cpu_saturated_share'] * 100:.1f} %"
-        assert cell(res, "fidelity-checks", n, "ovs-vswitchd peak (of one core)") == \
-            f"{fid['switch_cpu_max'] * 100:.1f} %"
-        assert cell(res, "fidelity-checks", n, "busiest second, mean core busy") == \
-            f"{fid['cpu_busy_max'] * 100:.1f} %"
+        assert (
+            cell(res, "fidelity-checks", n, "departure gap / ideal (median)")
+            == f"{fid['dequeue_gap_median_over_ideal']:.3f}"
+        )
+        assert (
+            cell(res, "fidelity-checks", n, "seconds with every core saturated")
+            == f"{fid['cpu_saturated_share'] * 100:.1f} %"
+        )
+        assert (
+            cell(res, "fidelity-checks", n, "ovs-vswitchd peak (of one core)")
+            == f"{fid['switch_cpu_max'] * 100:.1f} %"
+        )
+        assert (
+            cell(res, "fidelity-checks", n, "busiest second, mean core busy")
+            == f"{fid['cpu_busy_max'] * 100:.1f} %"
+        )
 
 
 def test_dequeue_cdf_is_dequeue_json(any_run: tuple[Path, dict[str, Any]]) -> None:
@@ -208,11 +225,14 @@ def test_tcp_table_timeouts_side_by_side(any_run: tuple[Path, dict[str, Any]]) -
     t = res["tables"]["tcp"]
     h = t["headers"]
     assert h.index("timeouts (pcap)") == h.index("timeouts (kernel)") + 1
-    fields = {"timeouts (kernel)": "tcp_timeouts_kernel", "timeouts (pcap)": "tcp_timeouts_pcap",
-              "tail-loss probes (kernel)": "tcp_loss_probes_kernel",
-              "fast retransmits (kernel)": "tcp_fast_retrans_kernel",
-              "fast retransmissions (tshark)": "wireshark_fast_retransmits",
-              "dup-ACK retransmissions (our rule)": "dupack_retransmits_pcap"}
+    fields = {
+        "timeouts (kernel)": "tcp_timeouts_kernel",
+        "timeouts (pcap)": "tcp_timeouts_pcap",
+        "tail-loss probes (kernel)": "tcp_loss_probes_kernel",
+        "fast retransmits (kernel)": "tcp_fast_retrans_kernel",
+        "fast retransmissions (tshark)": "wireshark_fast_retransmits",
+        "dup-ACK retransmissions (our rule)": "dupack_retransmits_pcap",
+    }
     for n in strategies_of(run):
         for header, key in fields.items():
             assert cell(res, "tcp", n, header) == str(summary[n][key])
@@ -231,10 +251,13 @@ def test_link_columns_and_their_sentence(any_run: tuple[Path, dict[str, Any]]) -
     for n in strategies_of(run):
         f = summary[n]
         link = max(f["link_utilisation"], key=f["link_utilisation"].get)
-        assert cell(res, "switch-queues-and-links", n, "busiest link utilisation") == \
-            f"{f['busiest_link_utilisation'] * 100:.1f} % ({link})"
-        assert cell(res, "switch-queues-and-links", n, "links under 5 % of the busiest") == \
-            str(f["links_under_5pct_of_busiest"])
+        assert (
+            cell(res, "switch-queues-and-links", n, "busiest link utilisation")
+            == f"{f['busiest_link_utilisation'] * 100:.1f} % ({link})"
+        )
+        assert cell(res, "switch-queues-and-links", n, "links under 5 % of the busiest") == str(
+            f["links_under_5pct_of_busiest"]
+        )
         assert cell(res, "switch-queues-and-links", n, "ECMP imbalance") == f"{f['ecmp_imbalance']:.2f}"
     md = (run / "report.md").read_text()
     assert "ECMP imbalance: over the leaves whose uplinks carried traffic" in md
@@ -251,8 +274,13 @@ def test_hot_ports_tables_are_hot_ports(any_run: tuple[Path, dict[str, Any]]) ->
         assert sorted(v["port"] for v in t["values"].values()) == sorted(hot)
         for label, h in t["values"].items():
             assert h == hot[h["port"]] and label.startswith(h["port"])
-            assert t["rows"][label] == [h["kind"], f"{h['tx_bytes'] / 1e6:.2f}", str(h["drops"]),
-                                        f"{h['utilisation'] * 100:.1f} %", str(h["max_backlog_packets"])]
+            assert t["rows"][label] == [
+                h["kind"],
+                f"{h['tx_bytes'] / 1e6:.2f}",
+                str(h["drops"]),
+                f"{h['utilisation'] * 100:.1f} %",
+                str(h["max_backlog_packets"]),
+            ]
         worst = [lb for lb in t["rows"] if lb.endswith(" *")]
         assert len(worst) == 1 and worst[0].startswith(summary[n]["worst_queue_port"])
         tx = [h["tx_bytes"] for h in t["values"].values()]
@@ -269,8 +297,11 @@ def test_bounds_table_and_split(any_run: tuple[Path, dict[str, Any]]) -> None:
         assert cell(res, key, n, "iteration / bound") == f"{f['iter_time_s'] / f['bound_s']:.2f}"
         ptp = f["push_then_pull_s"]
         assert cell(res, key, n, "push-then-pull (s)") == (f"{ptp:.3f}" if ptp is not None else "–")
-        for part, header in (("bound_s", "comm: bound part (s)"), ("timeouts_s", "comm: timeouts (s)"),
-                             ("rest_s", "comm: rest (s)")):
+        for part, header in (
+            ("bound_s", "comm: bound part (s)"),
+            ("timeouts_s", "comm: timeouts (s)"),
+            ("rest_s", "comm: rest (s)"),
+        ):
             assert cell(res, key, n, header) == f"{f['comm_split'][part]:.3f}"
     split = res["figures"]["comm_split"]
     assert split["splits"] == {n: summary[n]["comm_split"] for n in strategies_of(run)}
@@ -283,8 +314,10 @@ def test_bounds_on_the_iteration_figure(any_run: tuple[Path, dict[str, Any]]) ->
     bounds = res["figures"]["iter_time"]["bounds"]
     for n in strategies_of(run):
         ps = StrategySpec.parse(n).uses_ps
-        assert bounds[n] == {"bound_s": summary[n]["bound_s"],
-                             "push_then_pull_s": summary[n]["push_then_pull_s"] if ps else None}
+        assert bounds[n] == {
+            "bound_s": summary[n]["bound_s"],
+            "push_then_pull_s": summary[n]["push_then_pull_s"] if ps else None,
+        }
         if n.startswith("ps") and ":placement=colocated" not in n:
             assert bounds[n]["push_then_pull_s"] is not None
 
@@ -336,11 +369,16 @@ def test_flows_into_the_ps_with_their_timeouts(any_run: tuple[Path, dict[str, An
         doc = read(run, n, "goodput_timeline.json")
         assert d["flows"] == doc["flows_to_ps"]
         labels = list(d["flows"])
-        events = [e for e in read(run, n, "rto_events.json")["events"]
-                  if e["kind"] != "tlp" and e["flow"].split("-")[1].rsplit(":", 1)[0] == ps_ip]
+        events = [
+            e
+            for e in read(run, n, "rto_events.json")["events"]
+            if e["kind"] != "tlp" and e["flow"].split("-")[1].rsplit(":", 1)[0] == ps_ip
+        ]
         t0 = t0_of(run, folder(n))
-        want = sorted((e["t"] - t0, labels.index(f"{e['host']}:{e['flow'].split('-')[0].rsplit(':', 1)[1]}"))
-                      for e in events)
+        want = sorted(
+            (e["t"] - t0, labels.index(f"{e['host']}:{e['flow'].split('-')[0].rsplit(':', 1)[1]}"))
+            for e in events
+        )
         assert sorted(d["marks"]) == pytest.approx(want) and d["timeouts"] == len(events)
 
 
@@ -376,13 +414,17 @@ def test_utilisation_heatmap_adds_up(any_run: tuple[Path, dict[str, Any]]) -> No
         # the mean of a row is its cells weighted by the poll intervals, over the training time
         widths = [b - a for a, b in zip(d["edges"], d["edges"][1:], strict=False)]
         i = d["links"].index(busiest)
-        assert sum(c * w for c, w in zip(d["util"][i], widths, strict=True)) / d["end"] == \
-            pytest.approx(d["mean"][busiest], rel=1e-3)
+        assert sum(c * w for c, w in zip(d["util"][i], widths, strict=True)) / d["end"] == pytest.approx(
+            d["mean"][busiest], rel=1e-3
+        )
         # one cell: the port counter between two polls, by hand
         host = next(h for h in plan["hosts"] if h["ps"])
         port = f"{host['leaf']}-eth{host['port']}"
-        rows = [r for r in jsonl(run / folder(n) / "timeseries.jsonl") if r.get("kind") == "port"
-                and r["name"] == port]
+        rows = [
+            r
+            for r in jsonl(run / folder(n) / "timeseries.jsonl")
+            if r.get("kind") == "port" and r["name"] == port
+        ]
         t0 = t0_of(run, folder(n))
         j = len(d["edges"]) // 2
         a = min(rows, key=lambda r: abs(r["t"] - t0 - d["edges"][j]))
@@ -430,18 +472,24 @@ def cures_checks(run: Path, res: dict[str, Any]) -> None:
         assert v["timeouts_s"] == f["comm_split"]["timeouts_s"]
         assert cell(res, "cures-one-row-per-variant", n, "iteration (s)") == f"{f['iter_time_s']:.3f}"
         assert cell(res, "cures-one-row-per-variant", n, "bound (s)") == f"{f['bound_s']:.3f}"
-        assert cell(res, "cures-one-row-per-variant", n, "iteration / bound") == \
-            f"{f['iter_time_s'] / f['bound_s']:.2f}"
+        assert (
+            cell(res, "cures-one-row-per-variant", n, "iteration / bound")
+            == f"{f['iter_time_s'] / f['bound_s']:.2f}"
+        )
         assert cell(res, "cures-one-row-per-variant", n, "timeouts (kernel)") == str(f["tcp_timeouts_kernel"])
-        assert cell(res, "cures-one-row-per-variant", n, "TCP") == \
-            f"{f['tcp']['cc']}, RTO min {f['tcp']['rto_min_ms']:g} ms"
+        assert (
+            cell(res, "cures-one-row-per-variant", n, "TCP")
+            == f"{f['tcp']['cc']}, RTO min {f['tcp']['rto_min_ms']:g} ms"
+        )
         spec = StrategySpec.parse(n)
         if spec.uses_ps:
             ports = [port_of[h] for h in config.shard_hosts(spec)]
             drops = max(f["drops_by_port"].get(p, 0) for p in ports)
             assert v["hottest_ps_port"] in ports and v["hottest_ps_port_drops"] == drops
-            assert cell(res, "cures-one-row-per-variant", n, "hottest PS-port drops") == \
-                f"{drops} ({v['hottest_ps_port']})"
+            assert (
+                cell(res, "cures-one-row-per-variant", n, "hottest PS-port drops")
+                == f"{drops} ({v['hottest_ps_port']})"
+            )
         else:
             assert cell(res, "cures-one-row-per-variant", n, "hottest PS-port drops") == "–"
     # the paragraph is the numbers: every variant against the plain ps
@@ -454,22 +502,30 @@ def cures_checks(run: Path, res: dict[str, Any]) -> None:
         line = next(ln for ln in md.splitlines() if ln.startswith("- ") and f"({n}) " in ln)
         if v["hottest_ps_port_drops"] != bv["hottest_ps_port_drops"]:
             verb = "cut" if v["hottest_ps_port_drops"] < bv["hottest_ps_port_drops"] else "raised"
-            assert (f"{verb} the hottest PS port's drops from {bv['hottest_ps_port_drops']} "
-                    f"({bv['hottest_ps_port']}) to {v['hottest_ps_port_drops']} "
-                    f"({v['hottest_ps_port']})") in line
+            assert (
+                f"{verb} the hottest PS port's drops from {bv['hottest_ps_port_drops']} "
+                f"({bv['hottest_ps_port']}) to {v['hottest_ps_port_drops']} "
+                f"({v['hottest_ps_port']})"
+            ) in line
         if f"{b['iter_time_s']:.3f}" != f"{f['iter_time_s']:.3f}":
             verb = "cut" if f["iter_time_s"] < b["iter_time_s"] else "raised"
             assert f"{verb} the step from {b['iter_time_s']:.3f} s to {f['iter_time_s']:.3f} s" in line
-        assert (f"(bound {f['bound_s']:.3f} s, unchanged;" if f"{b['bound_s']:.3f}" == f"{f['bound_s']:.3f}"
-                else f"(bound {b['bound_s']:.3f} s -> {f['bound_s']:.3f} s;") in line
+        assert (
+            f"(bound {f['bound_s']:.3f} s, unchanged;"
+            if f"{b['bound_s']:.3f}" == f"{f['bound_s']:.3f}"
+            else f"(bound {b['bound_s']:.3f} s -> {f['bound_s']:.3f} s;"
+        ) in line
         assert f"Timeouts (kernel): {b['tcp_timeouts_kernel']} -> {f['tcp_timeouts_kernel']}" in line
         c0, c1 = b["comm_split"]["timeouts_s"], f["comm_split"]["timeouts_s"]
         assert f"they cost {c1:.3f} s a step against {c0:.3f} s" in line
         d = f["comm_split"]["bound_s"] - b["comm_split"]["bound_s"]
         assert f"bound {d:+.3f} s" in line
         if spec.shards > 1:
-            assert line.startswith(f"- sharding over {spec.shards} hosts" if spec.placement == "dedicated"
-                                   else f"- placing {spec.shards} shards on worker hosts")
+            assert line.startswith(
+                f"- sharding over {spec.shards} hosts"
+                if spec.placement == "dedicated"
+                else f"- placing {spec.shards} shards on worker hosts"
+            )
         if spec.rto_min_ms is not None:
             assert line.startswith(f"- the {spec.rto_min_ms:g} ms minimum RTO")
 
@@ -506,6 +562,7 @@ def test_colocated_shards_get_no_ps_port_panel(real: tuple[Path, dict[str, Any]]
     panels = res["figures"]["queue_occupancy"]["panels"]
     ps_port = res["figures"]["queue_occupancy"]["port"]
     for n in names:
-        assert [p["port"] for p in panels if p["strategy"] == n] == [summary_of(run)["strategies"][n]
-                                                                    ["worst_queue_port"]]
+        assert [p["port"] for p in panels if p["strategy"] == n] == [
+            summary_of(run)["strategies"][n]["worst_queue_port"]
+        ]
         assert ps_port not in [p["port"] for p in panels if p["strategy"] == n]

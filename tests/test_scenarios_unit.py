@@ -33,26 +33,36 @@ def test_shipped_scenarios_are_valid(name):
 def test_mitigate_scenario_puts_the_shards_on_their_own_hosts_on_different_leaves():
     cfg = config_from_args(parse(command="mitigate"), load_scenario(SCENARIO_DIR / "mitigate.json"))
     specs = {s.name: s for s in cfg.strategy_specs}
-    assert list(specs) == ["ps", "ps:rto_min_ms=1", "ps:pull=serial", "ps:shards=2", "ps:shards=4",
-                           "ps:shards=4:pull=serial", "ring"]
+    assert list(specs) == [
+        "ps",
+        "ps:rto_min_ms=1",
+        "ps:pull=serial",
+        "ps:shards=2",
+        "ps:shards=4",
+        "ps:shards=4:pull=serial",
+        "ring",
+    ]
     four = cfg.shard_hosts(specs["ps:shards=4"])
     assert four == ["h1", "h4", "h7", "h10"] and len({cfg.plan().host(h).leaf for h in four}) == 4
     assert cfg.shard_hosts(specs["ps:shards=2"]) == ["h1", "h7"]
     assert not set(four) & set(cfg.worker_hosts) and cfg.n_workers == 8
 
 
-@pytest.mark.parametrize("strategies, needle", [
-    ("ps:shards=7", "7 shards need 7 PS hosts"),          # more shards than the fabric can host
-    ("ps:turbo=1", "unknown option 'turbo'"),
-    ("ps:shards=two", "shards needs a number"),
-    ("ssp:shards=2", "only ps and async can be sharded"),
-    ("ring:placement=colocated", "parameter-server option"),
-    ("ps:rto_min_ms=0", "rto_min_ms must be in (0, 2000]"),
-    ("ps:cc=vegas", "cc must be one of"),
-    ("ps:pull=some", "pull must be one of all, serial"),
-    ("ring:pull=serial", "pull is a parameter-server option"),
-    ("ps,ps", "each strategy may appear once"),
-])
+@pytest.mark.parametrize(
+    "strategies, needle",
+    [
+        ("ps:shards=7", "7 shards need 7 PS hosts"),  # more shards than the fabric can host
+        ("ps:turbo=1", "unknown option 'turbo'"),
+        ("ps:shards=two", "shards needs a number"),
+        ("ssp:shards=2", "only ps and async can be sharded"),
+        ("ring:placement=colocated", "parameter-server option"),
+        ("ps:rto_min_ms=0", "rto_min_ms must be in (0, 2000]"),
+        ("ps:cc=vegas", "cc must be one of"),
+        ("ps:pull=some", "pull must be one of all, serial"),
+        ("ring:pull=serial", "pull is a parameter-server option"),
+        ("ps,ps", "each strategy may appear once"),
+    ],
+)
 def test_invalid_strategy_options_are_one_line(strategies, needle):
     with pytest.raises(ParamError) as err:
         config_from_args(parse("--strategies", strategies), load_scenario(SCENARIO_DIR / "compare.json"))
@@ -72,24 +82,27 @@ def test_straggler_scenario_slows_one_worker_with_every_knob():
     assert cfg.plan().host(st.host).cpu == st.cpu and st.compute_factor > 1 and st.slow_every > 0
 
 
-@pytest.mark.parametrize("doc, field", [
-    ({"strategies": ["ps", "gossip"]}, "strategies"),
-    ({"stragglers": [{"host": "h42", "cpu": 0.5}]}, "h42"),
-    ({"stragglers": [{"host": "h1", "cpu": 0.5}]}, "h1"),  # the PS runs no worker
-    ({"stragglers": [{"host": "h3", "speed": 2}]}, "speed"),
-    ({"stragglers": [{"host": "h3", "cpu": 1.5}]}, "cpu"),
-    ({"staleness": -1, "strategies": ["ssp"]}, "staleness"),
-    ({"backup": 7, "strategies": ["backup"]}, "backup"),
-    ({"workers": 1}, "workers"),
-    ({"steps": 0}, "steps"),
-    ({"cc": "vegas"}, "cc"),
-    ({"fabric": {"spines": 0}}, "spines"),
-    ({"fabric": {"ps_host": "h99"}}, "ps_host"),
-    ({"controller": {"api_port": 70000}}, "api-port"),
-    ({"faults": ["kill-worker:9@step1"]}, "kill-worker"),
-    ({"faults": ["meteor@3s"]}, "meteor"),
-    ({"colour": "blue"}, "colour"),
-])
+@pytest.mark.parametrize(
+    "doc, field",
+    [
+        ({"strategies": ["ps", "gossip"]}, "strategies"),
+        ({"stragglers": [{"host": "h42", "cpu": 0.5}]}, "h42"),
+        ({"stragglers": [{"host": "h1", "cpu": 0.5}]}, "h1"),  # the PS runs no worker
+        ({"stragglers": [{"host": "h3", "speed": 2}]}, "speed"),
+        ({"stragglers": [{"host": "h3", "cpu": 1.5}]}, "cpu"),
+        ({"staleness": -1, "strategies": ["ssp"]}, "staleness"),
+        ({"backup": 7, "strategies": ["backup"]}, "backup"),
+        ({"workers": 1}, "workers"),
+        ({"steps": 0}, "steps"),
+        ({"cc": "vegas"}, "cc"),
+        ({"fabric": {"spines": 0}}, "spines"),
+        ({"fabric": {"ps_host": "h99"}}, "ps_host"),
+        ({"controller": {"api_port": 70000}}, "api-port"),
+        ({"faults": ["kill-worker:9@step1"]}, "kill-worker"),
+        ({"faults": ["meteor@3s"]}, "meteor"),
+        ({"colour": "blue"}, "colour"),
+    ],
+)
 def test_invalid_scenarios_name_the_field(tmp_path, doc, field):
     path = tmp_path / "s.json"
     path.write_text(json.dumps(doc))
@@ -122,15 +135,43 @@ def test_a_bad_flag_value_is_one_line():
 # -- every flag, from the parser itself ------------------------------------------------------------
 # A valid value other than the default for each flag; a flag added without one fails the test below.
 SAMPLES = {
-    "--workers": "3", "--strategies": "ring,ps", "--steps": "3", "--grad-mb": "0.25", "--batch": "8",
-    "--compute-ms": "5", "--lr": "0.5", "--seed": "7", "--staleness": "3", "--backup": "2",
-    "--capture": "ps-port", "--snaplen": "96", "--queue-sample-ms": "20", "--cc": "reno", "--timeout": "30",
-    "--run-timeout": "300", "--target-loss": "2.0", "--fault": "link-down:lf1-eth1@5s",
-    "--straggler": "h3:cpu=0.5", "--spines": "3", "--leaves": "3", "--hosts-per-leaf": "3",
-    "--host-mbit": "12.5", "--uplink-mbit": "15", "--buffer-pkts": "30", "--ps-host": "h8",
-    "--host-buffer-pkts": "500", "--delay-ms": "5", "--loss-pct": "1", "--datapath": "user",
-    "--api-host": "127.0.0.2", "--api-port": "8181", "--of-host": "127.0.0.3", "--of-port": "6655",
-    "--interval": "0.25", "--runtime": "netns", "--image": "example/trainer:1",
+    "--workers": "3",
+    "--strategies": "ring,ps",
+    "--steps": "3",
+    "--grad-mb": "0.25",
+    "--batch": "8",
+    "--compute-ms": "5",
+    "--lr": "0.5",
+    "--seed": "7",
+    "--staleness": "3",
+    "--backup": "2",
+    "--capture": "ps-port",
+    "--snaplen": "96",
+    "--queue-sample-ms": "20",
+    "--cc": "reno",
+    "--timeout": "30",
+    "--run-timeout": "300",
+    "--target-loss": "2.0",
+    "--fault": "link-down:lf1-eth1@5s",
+    "--straggler": "h3:cpu=0.5",
+    "--spines": "3",
+    "--leaves": "3",
+    "--hosts-per-leaf": "3",
+    "--host-mbit": "12.5",
+    "--uplink-mbit": "15",
+    "--buffer-pkts": "30",
+    "--ps-host": "h8",
+    "--host-buffer-pkts": "500",
+    "--delay-ms": "5",
+    "--loss-pct": "1",
+    "--datapath": "user",
+    "--api-host": "127.0.0.2",
+    "--api-port": "8181",
+    "--of-host": "127.0.0.3",
+    "--of-port": "6655",
+    "--interval": "0.25",
+    "--runtime": "netns",
+    "--image": "example/trainer:1",
 }
 
 
@@ -163,10 +204,15 @@ def test_every_flag_of_the_parser_reaches_config_json(tmp_path, command):
         folder = RunFolder.create(tmp_path / command / field, link_latest=False)
         folder.write_config(cfg)
         back = ExperimentConfig.from_dict(json.loads(folder.config_file.read_text()))
-        owner = next(c for c in (ExperimentConfig, FabricSpec, ControllerOptions)
-                     if field in {f.name for f in flags(c)})
-        got = getattr(back if owner is ExperimentConfig else back.fabric if owner is FabricSpec
-                      else back.controller, field)
+        owner = next(
+            c
+            for c in (ExperimentConfig, FabricSpec, ControllerOptions)
+            if field in {f.name for f in flags(c)}
+        )
+        got = getattr(
+            back if owner is ExperimentConfig else back.fabric if owner is FabricSpec else back.controller,
+            field,
+        )
         fl = next(f for f in flags(owner) if f.name == field)
         want = (fl.parse(SAMPLES[flag]),) if fl.repeat else fl.parse(SAMPLES[flag])
         assert got == want and got != fl.default, f"{flag} did not reach config.json ({got!r})"

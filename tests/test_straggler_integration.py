@@ -17,8 +17,20 @@ def straggler_run(tmp_path_factory):
     """The shipped straggler scenario, shortened: 3 workers, h3 (rank 1) slow, 6 steps."""
     results = tmp_path_factory.mktemp("straggler")
     with guarded_host("straggler"):
-        proc = run_cli(["straggler", "--workers", "3", "--steps", "6", "--strategies",
-                        "ps,ring,allreduce,async,ssp,backup", "--results", str(results)], timeout=1200)
+        proc = run_cli(
+            [
+                "straggler",
+                "--workers",
+                "3",
+                "--steps",
+                "6",
+                "--strategies",
+                "ps,ring,allreduce,async,ssp,backup",
+                "--results",
+                str(results),
+            ],
+            timeout=1200,
+        )
     assert proc.returncode == 0, proc.stderr[-3000:]
     run = results / "latest"
     return run, json.loads((run / "summary.json").read_text())

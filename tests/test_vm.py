@@ -23,8 +23,13 @@ VM_DIR = ROOT / "build" / "vm"
 
 
 def vm_check(*args: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["bash", str(ROOT / "scripts" / "vm-check.sh"), *args], capture_output=True,
-                          text=True, timeout=timeout, cwd=ROOT)
+    return subprocess.run(
+        ["bash", str(ROOT / "scripts" / "vm-check.sh"), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=ROOT,
+    )
 
 
 def test_vm_check_refuses_an_unknown_option_in_one_line() -> None:
@@ -32,7 +37,8 @@ def test_vm_check_refuses_an_unknown_option_in_one_line() -> None:
     proc = vm_check("--bogus")
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
-        "make vm-check: unknown option --bogus (known: --keep, --destroy)"]
+        "make vm-check: unknown option --bogus (known: --keep, --destroy)"
+    ]
 
 
 def test_a_second_vm_check_is_refused_while_one_runs() -> None:
@@ -54,18 +60,23 @@ def test_a_second_vm_check_is_refused_while_one_runs() -> None:
             pid_file.unlink(missing_ok=True)
     assert proc.returncode == 1
     assert proc.stderr.strip().splitlines() == [
-        f"make vm-check: another vm-check is running (pid {os.getpid()})"]
+        f"make vm-check: another vm-check is running (pid {os.getpid()})"
+    ]
     assert not hygiene.vm_check_running()
 
 
 def _libvirt_state() -> dict[str, list[str]]:
     virsh = [*hygiene.VIRSH]
+
     def names(*args: str) -> list[str]:
         out = subprocess.run([*virsh, *args], capture_output=True, text=True, timeout=20).stdout
         return [ln.split()[0] for ln in out.splitlines() if ln.split()]
-    return {"domains": [d for d in names("list", "--all", "--name") if d.startswith("incastlab")],
-            "networks": [n for n in names("net-list", "--all", "--name") if n == hygiene.VM_NETWORK],
-            "volumes": [v for v in names("vol-list", "default") if v.startswith("incastlab")]}
+
+    return {
+        "domains": [d for d in names("list", "--all", "--name") if d.startswith("incastlab")],
+        "networks": [n for n in names("net-list", "--all", "--name") if n == hygiene.VM_NETWORK],
+        "volumes": [v for v in names("vol-list", "default") if v.startswith("incastlab")],
+    }
 
 
 # -- make vm-check as the vm tests run it, and the host it must leave behind -------------------------
@@ -78,8 +89,9 @@ def _vm_check(log: Path) -> Iterator[subprocess.Popen[bytes]]:
     assert box.returncode == 0, box.stderr[-2000:]
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("w") as out:
-        check = subprocess.Popen(["make", "vm-check"], cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
-                                 start_new_session=True)
+        check = subprocess.Popen(
+            ["make", "vm-check"], cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
     try:
         yield check
     except BaseException:
@@ -95,8 +107,12 @@ def _ended(proc: subprocess.Popen[bytes]) -> None:
 
 
 def _guest_running() -> bool:
-    return subprocess.run(["pgrep", "-f", "qemu-system-x86_64 -name guest=incastlab"],
-                          capture_output=True).returncode == 0
+    return (
+        subprocess.run(
+            ["pgrep", "-f", "qemu-system-x86_64 -name guest=incastlab"], capture_output=True
+        ).returncode
+        == 0
+    )
 
 
 def _assert_host_clean(daemons_before: set[str]) -> None:
@@ -112,8 +128,11 @@ def _assert_host_clean(daemons_before: set[str]) -> None:
 
 
 def _daemons() -> set[str]:
-    return {d for d in ("libvirtd", "virtlogd")
-            if subprocess.run(["pgrep", "-x", d], capture_output=True).returncode == 0}
+    return {
+        d
+        for d in ("libvirtd", "virtlogd")
+        if subprocess.run(["pgrep", "-x", d], capture_output=True).returncode == 0
+    }
 
 
 @pytest.mark.vm
@@ -146,11 +165,20 @@ def test_the_vm_boots_runs_the_experiments_and_leaves_the_host_clean(tmp_path: P
     assert shutil.which("virsh")
     _assert_host_clean(before_daemons)
     # the Vagrantfile: valid for libvirt; the other providers' blocks parse (no VirtualBox here to check)
-    env = {**os.environ, "VAGRANT_HOME": str(tmp_path / "vagrant.d"),
-           "VAGRANT_DOTFILE_PATH": str(tmp_path / "dot")}
+    env = {
+        **os.environ,
+        "VAGRANT_HOME": str(tmp_path / "vagrant.d"),
+        "VAGRANT_DOTFILE_PATH": str(tmp_path / "dot"),
+    }
     for extra, provider in ((["validate"], "libvirt"), (["validate", "--ignore-provider"], "virtualbox")):
-        proc = subprocess.run(["vagrant", *extra], cwd=ROOT, capture_output=True, text=True, timeout=120,
-                              env={**env, "VAGRANT_DEFAULT_PROVIDER": provider})
+        proc = subprocess.run(
+            ["vagrant", *extra],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={**env, "VAGRANT_DEFAULT_PROVIDER": provider},
+        )
         assert proc.returncode == 0, (provider, proc.stdout[-500:], proc.stderr[-500:])
 
 
@@ -163,9 +191,11 @@ def test_ctrl_c_while_the_vm_boots_leaves_the_host_clean() -> None:
     before = _daemons()
     log = ROOT / "tests" / "artifacts" / "vm-check-interrupt.log"
     with _vm_check(log) as check:
+
         def booting() -> bool:
             _ended(check)
             return _guest_running()
+
         wait_for(booting, 900, "the guest's qemu process", interval=1)
         os.killpg(check.pid, signal.SIGINT)
         # make re-raises the Ctrl-C after its child (the script, exit 130) ended: a shell shows 130 for both
@@ -178,13 +208,32 @@ def test_ctrl_c_while_the_vm_boots_leaves_the_host_clean() -> None:
 def _ssh_guest(command: str) -> subprocess.CompletedProcess[str]:
     """A command in the guest over plain ssh: `vagrant ssh` would wait for the machine lock that
     the running `vagrant provision` holds."""
-    out = subprocess.run([*hygiene.VIRSH, "domifaddr", "incastlab_default", "--source", "lease"],
-                         capture_output=True, text=True, timeout=20).stdout
+    out = subprocess.run(
+        [*hygiene.VIRSH, "domifaddr", "incastlab_default", "--source", "lease"],
+        capture_output=True,
+        text=True,
+        timeout=20,
+    ).stdout
     ip = next(f.split("/")[0] for line in out.splitlines() for f in line.split() if "/" in f and "." in f)
     key = VM_DIR / "dot" / "machines" / "default" / "libvirt" / "private_key"
-    return subprocess.run(["ssh", "-i", str(key), "-o", "StrictHostKeyChecking=no", "-o",
-                           "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR", f"vagrant@{ip}", command],
-                          capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [
+            "ssh",
+            "-i",
+            str(key),
+            "-o",
+            "StrictHostKeyChecking=no",
+            "-o",
+            "UserKnownHostsFile=/dev/null",
+            "-o",
+            "LogLevel=ERROR",
+            f"vagrant@{ip}",
+            command,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 @pytest.mark.vm
@@ -196,9 +245,11 @@ def test_a_failed_provisioning_ends_the_run_and_leaves_the_host_clean() -> None:
     before = _daemons()
     log = ROOT / "tests" / "artifacts" / "vm-check-failed-provision.log"
     with _vm_check(log) as check:
+
         def making_deps() -> bool:
             _ended(check)
             return "default: == openvswitch" in log.read_text()  # the guest's make deps has begun
+
         wait_for(making_deps, 1800, "make deps running in the guest", interval=1)
         killed = _ssh_guest("sudo pkill -f 'make [d]eps'")  # [d]: not this shell's own line
         assert killed.returncode == 0, (killed.stdout, killed.stderr)

@@ -27,8 +27,20 @@ GRAD_MB = 0.05
 SEED = 3
 LR = 2.0
 BATCH = 32
-STEP_KEYS = {"rank", "strategy", "step", "t_start", "t_end", "compute_s", "comm_s", "wait_s",
-             "bytes_sent", "bytes_recv", "loss", "samples"}
+STEP_KEYS = {
+    "rank",
+    "strategy",
+    "step",
+    "t_start",
+    "t_end",
+    "compute_s",
+    "comm_s",
+    "wait_s",
+    "bytes_sent",
+    "bytes_recv",
+    "loss",
+    "samples",
+}
 PS_FAMILY = ("ps", "async", "ssp", "backup")
 GUARD_S = 180  # only a hang guard; nothing asserts on durations
 
@@ -40,8 +52,9 @@ def free_port() -> int:
 
 
 def spawn(args: list[str]) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-m", *args], cwd=REPO, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    return subprocess.Popen(
+        [sys.executable, "-m", *args], cwd=REPO, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
 
 
 @dataclass
@@ -83,17 +96,47 @@ class Job:
         return self.servers[0] if self.servers else None
 
     def spec(self, ports: list[int], timeout: float) -> JobSpec:
-        ranks = tuple(RankJob(r, f"h{r + 2}", "lo", slow_every=self.slow.get(r, (0, 1.0))[0],
-                              slow_factor=self.slow.get(r, (0, 1.0))[1], log=str(self.worker_log(r)))
-                      for r in range(WORLD))
-        return JobSpec(strategy=self.strategy, world=WORLD, steps=self.steps, grad_mb=self.grad_mb,
-                       batch=self.batch, lr=self.lr, seed=SEED, timeout=timeout, compute_ms=self.compute_ms,
-                       staleness=self.staleness, backup=self.backup, master_addr="127.0.0.1",
-                       master_port=ports[0], ranks=ranks, ps_bind="127.0.0.1",
-                       shards=tuple(ShardJob(k, "h1", "127.0.0.1", ports[k],
-                                             str(self.ps_log if k == 0 else self.folder / f"ps-{k}.jsonl"))
-                                    for k in range(self.shards)) if self.strategy in PS_FAMILY else (),
-                       pull=self.pull)
+        ranks = tuple(
+            RankJob(
+                r,
+                f"h{r + 2}",
+                "lo",
+                slow_every=self.slow.get(r, (0, 1.0))[0],
+                slow_factor=self.slow.get(r, (0, 1.0))[1],
+                log=str(self.worker_log(r)),
+            )
+            for r in range(WORLD)
+        )
+        return JobSpec(
+            strategy=self.strategy,
+            world=WORLD,
+            steps=self.steps,
+            grad_mb=self.grad_mb,
+            batch=self.batch,
+            lr=self.lr,
+            seed=SEED,
+            timeout=timeout,
+            compute_ms=self.compute_ms,
+            staleness=self.staleness,
+            backup=self.backup,
+            master_addr="127.0.0.1",
+            master_port=ports[0],
+            ranks=ranks,
+            ps_bind="127.0.0.1",
+            shards=tuple(
+                ShardJob(
+                    k,
+                    "h1",
+                    "127.0.0.1",
+                    ports[k],
+                    str(self.ps_log if k == 0 else self.folder / f"ps-{k}.jsonl"),
+                )
+                for k in range(self.shards)
+            )
+            if self.strategy in PS_FAMILY
+            else (),
+            pull=self.pull,
+        )
 
     def start(self) -> Job:
         self.folder.mkdir(parents=True, exist_ok=True)
@@ -104,12 +147,24 @@ class Job:
             self.spec(ports, t).write(files[t])
         main = files[self.timeout]
         if self.strategy in PS_FAMILY:
-            self.servers = [spawn(["workloads.ps", "--job", str(main), "--shard", str(k),
-                                   *self.ps_flags.get(k, [])]) for k in range(self.shards)]
+            self.servers = [
+                spawn(["workloads.ps", "--job", str(main), "--shard", str(k), *self.ps_flags.get(k, [])])
+                for k in range(self.shards)
+            ]
         for r in range(WORLD):
             job_file = files[self.worker_timeout.get(r, self.timeout)]
-            self.workers.append(spawn(["workloads.worker", "--job", str(job_file), "--rank", str(r),
-                                       *self.worker_flags.get(r, [])]))
+            self.workers.append(
+                spawn(
+                    [
+                        "workloads.worker",
+                        "--job",
+                        str(job_file),
+                        "--rank",
+                        str(r),
+                        *self.worker_flags.get(r, []),
+                    ]
+                )
+            )
         return self
 
     def procs(self) -> list[subprocess.Popen[str]]:
@@ -250,8 +305,7 @@ def test_async_applies_every_gradient_and_loss_decreases(tmp_path: Path) -> None
 @pytest.mark.parametrize("bound", [0, 1])
 def test_ssp_gap_never_exceeds_bound_and_loss_decreases(tmp_path: Path, bound: int) -> None:
     steps = 8
-    job = run_ok(Job("ssp", tmp_path, steps=steps, batch=64, staleness=bound,
-                     slow=STRAGGLER))
+    job = run_ok(Job("ssp", tmp_path, steps=steps, batch=64, staleness=bound, slow=STRAGGLER))
     _loss_went_down(job)
     recs = read_jsonl(job.ps_log)
     releases = [r for r in recs if r["event"] == "release"]
@@ -268,8 +322,7 @@ def test_ssp_gap_never_exceeds_bound_and_loss_decreases(tmp_path: Path, bound: i
 
 def test_backup_drops_exactly_b_per_step_and_loss_decreases(tmp_path: Path) -> None:
     steps, b = 8, 1
-    job = run_ok(Job("backup", tmp_path, steps=steps, batch=64, backup=b,
-                     slow=STRAGGLER))
+    job = run_ok(Job("backup", tmp_path, steps=steps, batch=64, backup=b, slow=STRAGGLER))
     _loss_went_down(job)
     recs = read_jsonl(job.ps_log)
     step_ev = [r for r in recs if r["event"] == "step"]
@@ -354,8 +407,10 @@ def test_hung_worker_is_named_by_the_ps_after_timeout(tmp_path: Path) -> None:
 # --- async goes on without a lost worker --------------------------------------------------------
 LOST = 2
 PACED_MS = 150.0  # a sleep per step: slow enough to act mid-run, costs no CPU
-LOST_LINE = re.compile(rf"parameter server: worker {LOST} lost at step (\d+) \(([^()]+)\); "
-                       rf"async training goes on with {WORLD - 1} workers")
+LOST_LINE = re.compile(
+    rf"parameter server: worker {LOST} lost at step (\d+) \(([^()]+)\); "
+    rf"async training goes on with {WORLD - 1} workers"
+)
 
 
 Result = tuple[int, str, str]
@@ -444,6 +499,7 @@ def test_serial_replies_blame_only_the_worker_that_stops_reading(tmp_path: Path)
     job.servers = [spawn(["workloads.ps", "--job", str(tmp_path / "job.json"), "--shard", "0"])]
     socks: list[socket.socket] = []
     try:
+
         def connect(rank: int) -> socket.socket:
             s = socket.socket()
             if rank == 0:
@@ -452,14 +508,18 @@ def test_serial_replies_blame_only_the_worker_that_stops_reading(tmp_path: Path)
             s.settimeout(60)
             send_msg(s, Header(Kind.HELLO, rank=rank, arg=nparams))
             return s
+
         socks = [connect(r) for r in range(WORLD)]
         welcome = [recv_header(s) for s in socks]
         assert [h.kind for h in welcome] == [Kind.WELCOME] * WORLD
         grad = np.zeros(nparams, dtype=np.float32)
 
         def push(rank: int) -> None:
-            send_msg(socks[rank], Header(Kind.PUSH, rank=rank, step=0, version=welcome[rank].version),
-                     memoryview(grad).cast("B"))
+            send_msg(
+                socks[rank],
+                Header(Kind.PUSH, rank=rank, step=0, version=welcome[rank].version),
+                memoryview(grad).cast("B"),
+            )
 
         push(0)
 
@@ -468,6 +528,7 @@ def test_serial_replies_blame_only_the_worker_that_stops_reading(tmp_path: Path)
                 return len(socks[0].recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)) > 0
             except BlockingIOError:
                 return False
+
         wait_for(reply_to_0_started, 30, "the PS's reply to worker 0 to begin")
         push(1)
         push(2)
@@ -478,6 +539,7 @@ def test_serial_replies_blame_only_the_worker_that_stops_reading(tmp_path: Path)
             size = recv_f32(socks[rank], h).size
             send_msg(socks[rank], Header(Kind.BYE, rank=rank, version=h.version))
             return size
+
         with ThreadPoolExecutor(2) as pool:
             sizes = list(pool.map(read_model_and_leave, (1, 2)))
         assert sizes == [nparams, nparams]

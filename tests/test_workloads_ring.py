@@ -21,24 +21,44 @@ def _rank_tensor(rank: int, length: int) -> torch.Tensor:
     return torch.randn(length, generator=torch.Generator().manual_seed(100 + rank))
 
 
-def _ring_child(rank: int, world: int, port: int, length: int, out: mp.Queue,
-                segment_bytes: int = 256 * 1024, window: int = 4) -> None:
+def _ring_child(
+    rank: int,
+    world: int,
+    port: int,
+    length: int,
+    out: mp.Queue,
+    segment_bytes: int = 256 * 1024,
+    window: int = 4,
+) -> None:
     os.environ["GLOO_SOCKET_IFNAME"] = "lo"
     import torch.distributed as dist
 
     from workloads.ring import ring_allreduce_
 
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
-                            timeout=timedelta(seconds=30))
+    dist.init_process_group(
+        "gloo",
+        init_method=f"tcp://127.0.0.1:{port}",
+        rank=rank,
+        world_size=world,
+        timeout=timedelta(seconds=30),
+    )
     t = _rank_tensor(rank, length)
     stats = ring_allreduce_(t, rank, world, segment_bytes=segment_bytes, window=window)
     whole = _rank_tensor(rank, length)  # the same sum unpipelined: one segment a chunk
     ring_allreduce_(whole, rank, world, segment_bytes=1 << 40, min_segments=1)
     dist.barrier()
     dist.destroy_process_group()
-    out.put((rank, t.numpy().tobytes(), stats.bytes_sent, stats.bytes_recv,
-             bool(torch.equal(t, whole)), stats.segments))
+    out.put(
+        (
+            rank,
+            t.numpy().tobytes(),
+            stats.bytes_sent,
+            stats.bytes_recv,
+            bool(torch.equal(t, whole)),
+            stats.segments,
+        )
+    )
 
 
 def test_a_small_chunk_is_still_cut_to_pipeline() -> None:
@@ -50,21 +70,30 @@ def test_a_small_chunk_is_still_cut_to_pipeline() -> None:
     assert segments_per_chunk(2**20, segment_bytes=1 << 40, min_segments=1) == 1  # unpipelined
 
 
-@pytest.mark.parametrize(("world", "length", "segment_bytes", "window"), [
-    (2, 1001, 256 * 1024, 4), (3, 1001, 256 * 1024, 4), (4, 1001, 256 * 1024, 4), (4, 3, 256 * 1024, 4),
-    (3, 1001, 64, 1),  # 6 segments a chunk, one receive ahead: the pipeline's bookkeeping at its tightest
-    (4, 40_003, 4096, 4),  # 10 segments a chunk of unequal chunks
-    (3, 100_003, 256 * 1024, 4),  # a chunk under one segment still goes in 4 (133 KB: 4 of 33 KB)
-])
-def test_ring_allreduce_sums_exactly_like_local_sum(world: int, length: int, segment_bytes: int,
-                                                    window: int) -> None:
+@pytest.mark.parametrize(
+    ("world", "length", "segment_bytes", "window"),
+    [
+        (2, 1001, 256 * 1024, 4),
+        (3, 1001, 256 * 1024, 4),
+        (4, 1001, 256 * 1024, 4),
+        (4, 3, 256 * 1024, 4),
+        (3, 1001, 64, 1),  # 6 segments a chunk, one receive ahead: the pipeline's bookkeeping at its tightest
+        (4, 40_003, 4096, 4),  # 10 segments a chunk of unequal chunks
+        (3, 100_003, 256 * 1024, 4),  # a chunk under one segment still goes in 4 (133 KB: 4 of 33 KB)
+    ],
+)
+def test_ring_allreduce_sums_exactly_like_local_sum(
+    world: int, length: int, segment_bytes: int, window: int
+) -> None:
     assert length % world  # the point: chunks of unequal size (and an empty one for length 3)
     print(f"tensor seeds: {[100 + r for r in range(world)]} (rank r: torch seed 100 + r)")
     ctx = mp.get_context("spawn")
     out: mp.Queue = ctx.Queue()
     port = _free_port()
-    procs = [ctx.Process(target=_ring_child, args=(r, world, port, length, out, segment_bytes, window))
-             for r in range(world)]
+    procs = [
+        ctx.Process(target=_ring_child, args=(r, world, port, length, out, segment_bytes, window))
+        for r in range(world)
+    ]
     for p in procs:
         p.start()
     results = {}

@@ -146,7 +146,7 @@ def test_backup_applies_first_n_minus_b_arrivals_and_discards_exactly_b() -> Non
             if r == order[world - b - 1]:
                 assert d.apply == order[: world - b]
     assert [s.applied for s in steps_seen] == [o[: world - b] for o in arrival_orders]
-    assert [s.discarded for s in steps_seen] == [sorted(o[world - b:]) for o in arrival_orders]
+    assert [s.discarded for s in steps_seen] == [sorted(o[world - b :]) for o in arrival_orders]
     assert all(len(s.discarded) == b for s in steps_seen)
     assert core.version == steps
 
@@ -246,7 +246,8 @@ def test_async_drops_a_lost_worker_and_finishes_with_the_others() -> None:
     loss = core.lose(2, "connection closed")
     assert loss.carry_on and loss.remaining == 2
     assert [e.to_dict() for e in loss.events] == [
-        {"event": "worker_lost", "t": 1005.0, "worker": 2, "worker_step": 1, "reason": "connection closed"}]
+        {"event": "worker_lost", "t": 1005.0, "worker": 2, "worker_step": 1, "reason": "connection closed"}
+    ]
     assert core.lost == {2} and not core.all_done
     with pytest.raises(ValueError):
         core.push(2, 2, core.version)
@@ -339,8 +340,13 @@ def test_ssp_held_worker_is_not_silent() -> None:
 
 @pytest.mark.parametrize(
     "kwargs",
-    [dict(strategy="backup", backup=0), dict(strategy="backup", backup=3), dict(strategy="ps", backup=1),
-     dict(strategy="ssp", staleness=None), dict(strategy="nope")],
+    [
+        dict(strategy="backup", backup=0),
+        dict(strategy="backup", backup=3),
+        dict(strategy="ps", backup=1),
+        dict(strategy="ssp", staleness=None),
+        dict(strategy="nope"),
+    ],
 )
 def test_bad_configurations_are_rejected(kwargs: dict) -> None:
     with pytest.raises(ValueError):

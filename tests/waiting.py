@@ -67,11 +67,20 @@ def polls_since(get: Callable[[str], Any], t0: float, names: set[str], kind: str
     return min((len(v) for v in times.values()), default=0)
 
 
-def wait_for_polls(get: Callable[[str], Any], t0: float, names: set[str], timeout: float = 15,
-                   kind: str = "port", polls: int = 2) -> None:
+def wait_for_polls(
+    get: Callable[[str], Any],
+    t0: float,
+    names: set[str],
+    timeout: float = 15,
+    kind: str = "port",
+    polls: int = 2,
+) -> None:
     """Wait until the controller has polled every port in `names` `polls` times after `t0`."""
-    wait_for(lambda: polls_since(get, t0, names, kind) >= polls, timeout,
-             f"{polls} controller polls of {sorted(names)} ({kind}) after t={t0:.2f}")
+    wait_for(
+        lambda: polls_since(get, t0, names, kind) >= polls,
+        timeout,
+        f"{polls} controller polls of {sorted(names)} ({kind}) after t={t0:.2f}",
+    )
 
 
 def pcap_fins(path: Path) -> int:

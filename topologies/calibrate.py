@@ -61,20 +61,34 @@ class Calibration:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready result."""
-        return {"links": [dict(asdict(lk), alone_share=round(lk.alone_share, 3),
-                               together_share=round(lk.together_share, 3)) for lk in self.links],
-                "uplinks_mbit": self.uplinks, "headroom": round(self.headroom, 3), "seconds": self.seconds}
+        return {
+            "links": [
+                dict(
+                    asdict(lk),
+                    alone_share=round(lk.alone_share, 3),
+                    together_share=round(lk.together_share, 3),
+                )
+                for lk in self.links
+            ],
+            "uplinks_mbit": self.uplinks,
+            "headroom": round(self.headroom, 3),
+            "seconds": self.seconds,
+        }
 
     def table(self) -> str:
         """The calibration table a person reads."""
-        rows = ["goodput per host link (iperf3); share = the link rate it reached (goodput in whole frames)"
-                " / configured",
-                f"{'link':<10}{'configured':>11} {'alone (to)':>16}{'share':>7} "
-                f"{'together (to)':>17}{'share':>7}"]
+        rows = [
+            "goodput per host link (iperf3); share = the link rate it reached (goodput in whole frames)"
+            " / configured",
+            f"{'link':<10}{'configured':>11} {'alone (to)':>16}{'share':>7} "
+            f"{'together (to)':>17}{'share':>7}",
+        ]
         for lk in self.links:
-            rows.append(f"{lk.host + '-eth0':<10}{lk.configured_mbit:>9.1f}M "
-                        f"{lk.alone_mbit:>8.1f}M ({lk.peer:>4}){lk.alone_share:>7.0%} "
-                        f"{lk.together_mbit:>9.1f}M ({lk.peer_together:>4}){lk.together_share:>7.0%}")
+            rows.append(
+                f"{lk.host + '-eth0':<10}{lk.configured_mbit:>9.1f}M "
+                f"{lk.alone_mbit:>8.1f}M ({lk.peer:>4}){lk.alone_share:>7.0%} "
+                f"{lk.together_mbit:>9.1f}M ({lk.peer_together:>4}){lk.together_share:>7.0%}"
+            )
         if self.uplinks:
             used = [v for v in self.uplinks.values() if v > 0.5]
             rows.append(f"uplinks (alone runs, ECMP): {len(used)} of {len(self.uplinks)} carried traffic")
@@ -102,8 +116,9 @@ def partners(fabric: Fabric, across: bool) -> list[tuple[str, str]]:
 
 def _client(fabric: Fabric, src: str, dst: str, seconds: float) -> subprocess.Popen[str]:
     ip = fabric.plan.host(dst).ip
-    return fabric.host(src).popen(["iperf3", "-c", ip, "-p", str(IPERF_PORT), "-t", str(seconds),
-                                   "-O", "0.5", "-J"], text=True)
+    return fabric.host(src).popen(
+        ["iperf3", "-c", ip, "-p", str(IPERF_PORT), "-t", str(seconds), "-O", "0.5", "-J"], text=True
+    )
 
 
 def _mbit(proc: subprocess.Popen[str], timeout: float) -> float:
@@ -115,17 +130,26 @@ def _mbit(proc: subprocess.Popen[str], timeout: float) -> float:
         return 0.0
 
 
-def calibrate(fabric: Fabric, seconds: float = 2.0, controller: Any = None,
-              progress: Any = None) -> Calibration:
+def calibrate(
+    fabric: Fabric, seconds: float = 2.0, controller: Any = None, progress: Any = None
+) -> Calibration:
     """Run iperf3 on every host link alone, then all together; read uplinks from the controller."""
     started = time.monotonic()
     pairs = partners(fabric, across=True)
     together_peer = dict(partners(fabric, across=False))
-    servers = [fabric.host(h.name).popen(["iperf3", "-s", "-p", str(IPERF_PORT)], text=True,
-                                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-               for h in fabric.plan.hosts]
-    links = [LinkRate(src, dst, fabric.plan.host(src).rate_mbit, peer_together=together_peer[src])
-             for src, dst in pairs]
+    servers = [
+        fabric.host(h.name).popen(
+            ["iperf3", "-s", "-p", str(IPERF_PORT)],
+            text=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for h in fabric.plan.hosts
+    ]
+    links = [
+        LinkRate(src, dst, fabric.plan.host(src).rate_mbit, peer_together=together_peer[src])
+        for src, dst in pairs
+    ]
     uplinks: dict[str, float] = {}
     try:
         time.sleep(0.5)

@@ -64,13 +64,20 @@ def ensure_dockerd(timeout: float = 30) -> None:
         raise ContainerError("Docker is not installed: run `make deps`")
     env = {k: v for k, v in os.environ.items() if k != MARKER}  # the daemon outlives the run
     if Path("/run/systemd/system").exists():
-        subprocess.run(["systemctl", "start", "docker"], capture_output=True, timeout=60, env=env,
-                       check=False)
+        subprocess.run(
+            ["systemctl", "start", "docker"], capture_output=True, timeout=60, env=env, check=False
+        )
     else:
         exe = next(str(Path(p, "dockerd")) for p in ("/usr/bin", "/usr/sbin") if Path(p, "dockerd").exists())
         with open(DOCKERD_LOG, "ab") as log:
-            subprocess.Popen([exe, *DOCKERD_FLAGS], stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                             env=env, start_new_session=True)
+            subprocess.Popen(
+                [exe, *DOCKERD_FLAGS],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                env=env,
+                start_new_session=True,
+            )
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if daemon_answers(timeout=3):
@@ -113,8 +120,10 @@ def check_image(image: str) -> None:
     if not daemon_answers():
         ensure_dockerd()
     if inspect_image(image) is None:
-        raise ContainerError(f"image {image!r} does not exist here (build or load it first: "
-                             "`docker images` lists what there is)")
+        raise ContainerError(
+            f"image {image!r} does not exist here (build or load it first: "
+            "`docker images` lists what there is)"
+        )
 
 
 # -- limits -------------------------------------------------------------------------------------------
@@ -167,10 +176,25 @@ class Container:
     def run_args(self) -> list[str]:
         """`docker run` arguments."""
         # --rm: a container whose process was killed while dockerd was down is removed when it is back
-        args = ["run", "-d", "--rm", "--init", "--network", "none", "--name", self.name,
-                "--hostname", self.host,
-                "--label", f"{RUN_LABEL}={self.run}", "--label", f"{HOST_LABEL}={self.host}",
-                "-e", f"{MARKER}={self.run}", *self.limits.docker_args()]
+        args = [
+            "run",
+            "-d",
+            "--rm",
+            "--init",
+            "--network",
+            "none",
+            "--name",
+            self.name,
+            "--hostname",
+            self.host,
+            "--label",
+            f"{RUN_LABEL}={self.run}",
+            "--label",
+            f"{HOST_LABEL}={self.host}",
+            "-e",
+            f"{MARKER}={self.run}",
+            *self.limits.docker_args(),
+        ]
         for m in self.mounts:
             args += ["-v", f"{m}:{m}"]
         return args + ["--entrypoint", self.keepalive[0], self.image, *self.keepalive[1:]]
@@ -180,16 +204,20 @@ class Container:
         proc = docker(*self.run_args(), timeout=120, check=False)
         if proc.returncode != 0:
             lines = proc.stderr.strip().splitlines()
-            raise ContainerError(f"container {self.name} ({self.image}) did not start: "
-                                 f"{lines[-1] if lines else proc.returncode}")
+            raise ContainerError(
+                f"container {self.name} ({self.image}) did not start: "
+                f"{lines[-1] if lines else proc.returncode}"
+            )
         self.id = proc.stdout.strip()
-        out = docker("inspect", "--format", "{{.State.Pid}} {{.State.Running}}", self.id, timeout=30,
-                     check=False).stdout.split()
+        out = docker(
+            "inspect", "--format", "{{.State.Pid}} {{.State.Running}}", self.id, timeout=30, check=False
+        ).stdout.split()
         if len(out) != 2 or out[1] != "true" or not out[0].isdigit() or out[0] == "0":
             logs = docker("logs", "--tail", "3", self.id, check=False, timeout=10)
             why = (logs.stderr or logs.stdout).strip().splitlines()
-            raise ContainerError(f"container {self.name} ({self.image}) exited at once: "
-                                 f"{why[-1] if why else 'no message'}")
+            raise ContainerError(
+                f"container {self.name} ({self.image}) exited at once: {why[-1] if why else 'no message'}"
+            )
         self.pid = int(out[0])
 
     def update(self, limits: Limits) -> None:
@@ -200,8 +228,14 @@ class Container:
         docker("update", *args, self.name, timeout=30)
         self.limits = replace(self.limits, **{k: v for k, v in vars(limits).items() if v is not None})
 
-    def exec(self, argv: list[str], stdout: IO[Any] | int | None, stderr: IO[Any] | int | None,
-             env: dict[str, str] | None = None, workdir: str | None = None) -> ContainerProc:
+    def exec(
+        self,
+        argv: list[str],
+        stdout: IO[Any] | int | None,
+        stderr: IO[Any] | int | None,
+        env: dict[str, str] | None = None,
+        workdir: str | None = None,
+    ) -> ContainerProc:
         """Start a process in the container (docker exec); Popen-like handle on it."""
         return ContainerProc(self, argv, stdout, stderr, env or {}, workdir)
 
@@ -213,8 +247,15 @@ class ContainerProc:
     the process itself, found in /proc by the tag it carries in its environment (killing the client
     would leave the process running in the container)."""
 
-    def __init__(self, container: Container, argv: list[str], stdout: IO[Any] | int | None,
-                 stderr: IO[Any] | int | None, env: dict[str, str], workdir: str | None) -> None:
+    def __init__(
+        self,
+        container: Container,
+        argv: list[str],
+        stdout: IO[Any] | int | None,
+        stderr: IO[Any] | int | None,
+        env: dict[str, str],
+        workdir: str | None,
+    ) -> None:
         self.container = container
         self.tag = f"{container.name}-{uuid.uuid4().hex[:12]}"
         exe = docker_bin() or "docker"
@@ -223,8 +264,9 @@ class ContainerProc:
             args += ["-e", f"{k}={v}"]
         if workdir:
             args += ["-w", workdir]
-        self.client = subprocess.Popen(args + [container.name, *argv], stdin=subprocess.DEVNULL,
-                                       stdout=stdout, stderr=stderr)
+        self.client = subprocess.Popen(
+            args + [container.name, *argv], stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr
+        )
         self.args = argv
 
     @property
@@ -317,9 +359,17 @@ class ContainerSet:
         self.runtime = runtime
         self.run = run
         self.containers: dict[str, Container] = {
-            host: Container(host, image, run, runtime.limits.get(host, Limits()), runtime.mounts,
-                            runtime.python, runtime.keepalive)
-            for host, image in runtime.images.items()}
+            host: Container(
+                host,
+                image,
+                run,
+                runtime.limits.get(host, Limits()),
+                runtime.mounts,
+                runtime.python,
+                runtime.keepalive,
+            )
+            for host, image in runtime.images.items()
+        }
 
     def __contains__(self, host: str) -> bool:
         return host in self.containers
@@ -355,8 +405,10 @@ class ContainerSet:
             raise errors[0]
         if progress is not None and self.containers:
             images = sorted(set(self.runtime.images.values()))
-            progress(f"{len(self.containers)} containers up in {time.monotonic() - t0:.1f} s "
-                     f"({', '.join(images)}; `docker ps --filter label={RUN_LABEL}={self.run}`)")
+            progress(
+                f"{len(self.containers)} containers up in {time.monotonic() - t0:.1f} s "
+                f"({', '.join(images)}; `docker ps --filter label={RUN_LABEL}={self.run}`)"
+            )
 
     def stop(self) -> None:
         """Remove the run's containers: those started here, and any other carrying the run's label."""
@@ -371,8 +423,9 @@ def run_containers(run: str | None = None) -> list[str]:
         return []
     label = f"{RUN_LABEL}={run}" if run else RUN_LABEL
     try:
-        proc = docker("ps", "-a", "--filter", f"label={label}", "--format", "{{.Names}}", timeout=10,
-                      check=False)
+        proc = docker(
+            "ps", "-a", "--filter", f"label={label}", "--format", "{{.Names}}", timeout=10, check=False
+        )
     except ImageError:
         return []
     return proc.stdout.split() if proc.returncode == 0 else []
@@ -394,8 +447,16 @@ def dangling_images() -> list[str]:
     if docker_bin() is None:
         return []
     try:
-        proc = docker("images", "-q", "--filter", "dangling=true", "--filter", "label=incastlab.image",
-                      timeout=10, check=False)
+        proc = docker(
+            "images",
+            "-q",
+            "--filter",
+            "dangling=true",
+            "--filter",
+            "label=incastlab.image",
+            timeout=10,
+            check=False,
+        )
     except ImageError:
         return []
     return sorted(set(proc.stdout.split())) if proc.returncode == 0 else []

@@ -34,8 +34,9 @@ class FabricError(RuntimeError):
     """The fabric cannot be built or reached here; the message is one line."""
 
 
-def _run(argv: list[str], check: bool = True, timeout: float = 30,
-         env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def _run(
+    argv: list[str], check: bool = True, timeout: float = 30, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     """Run a command without a shell; raise FabricError with its stderr on failure."""
     try:
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env)
@@ -106,9 +107,24 @@ def red_marking_qdisc(pkts: int, mark_pkts: int, rate_mbit: float) -> list[str]:
     almost instantaneous queue, as DCTCP wants; checked in a Debian 6.1 kernel for K = 1, 2, 3, 8,
     250, and in tests/test_fabric_unit.py)."""
     lo = max(1, mark_pkts) * FRAME_BYTES
-    return ["red", "limit", str(pkts * FRAME_BYTES), "min", str(lo), "max", str(lo + FRAME_BYTES),
-            "avpkt", "1000", "burst", str(max(2, -(-lo // 1000))), "probability", "1.0",
-            "bandwidth", f"{rate_mbit:g}mbit", "ecn"]
+    return [
+        "red",
+        "limit",
+        str(pkts * FRAME_BYTES),
+        "min",
+        str(lo),
+        "max",
+        str(lo + FRAME_BYTES),
+        "avpkt",
+        "1000",
+        "burst",
+        str(max(2, -(-lo // 1000))),
+        "probability",
+        "1.0",
+        "bandwidth",
+        f"{rate_mbit:g}mbit",
+        "ecn",
+    ]
 
 
 def qdisc_available(kind: str) -> bool:
@@ -165,12 +181,19 @@ class Fabric:
     a failed start, and removes every bridge and veth of the fabric.
     """
 
-    def __init__(self, plan: Plan, controller_port: int = 6653, controller_host: str = "127.0.0.1",
-                 hosts: HostRuntime | None = None) -> None:
+    def __init__(
+        self,
+        plan: Plan,
+        controller_port: int = 6653,
+        controller_host: str = "127.0.0.1",
+        hosts: HostRuntime | None = None,
+    ) -> None:
         spec = plan.spec
         if (spec.delay_ms or spec.loss_pct) and not netem_available():
-            raise ParamError("delay_ms/loss_pct need the sch_netem qdisc, which this kernel does not have "
-                             "(run where it does, e.g. the Vagrant VM)")
+            raise ParamError(
+                "delay_ms/loss_pct need the sch_netem qdisc, which this kernel does not have "
+                "(run where it does, e.g. the Vagrant VM)"
+            )
         self.spec = spec
         self.plan = plan
         self.controller_port = controller_port
@@ -198,8 +221,15 @@ class Fabric:
                 self.containers = ContainerSet(self.hosts_runtime, os.environ.get(MARKER, ""))
                 self.containers.start()
             topo = LeafSpineTopo(self.plan, containers=self.containers)
-            self.net = Mininet(topo=topo, switch=switch, controller=controller,
-                               autoSetMacs=False, autoStaticArp=False, build=False, waitConnected=False)
+            self.net = Mininet(
+                topo=topo,
+                switch=switch,
+                controller=controller,
+                autoSetMacs=False,
+                autoStaticArp=False,
+                build=False,
+                waitConnected=False,
+            )
             self.net.build()
             self.net.start()
             if self.datapath == "user":
@@ -216,13 +246,17 @@ class Fabric:
         deadline = time.monotonic() + timeout
         names = [s.name for s in self.plan.switches]
         while time.monotonic() < deadline:
-            out = _run(["ovs-vsctl", "--timeout=5", "--bare", "--columns=is_connected", "list", "controller"],
-                       check=False).stdout
+            out = _run(
+                ["ovs-vsctl", "--timeout=5", "--bare", "--columns=is_connected", "list", "controller"],
+                check=False,
+            ).stdout
             if out.split().count("true") >= len(names):
                 return
             time.sleep(0.3)
-        raise FabricError(f"switches did not connect to the controller on port {self.controller_port} "
-                          f"within {timeout:.0f} s")
+        raise FabricError(
+            f"switches did not connect to the controller on port {self.controller_port} "
+            f"within {timeout:.0f} s"
+        )
 
     def stop(self) -> None:
         """Tear the network down in bounded time; leaves no bridge, veth, shell or cgroup behind."""
@@ -263,8 +297,15 @@ class Fabric:
             return None
         return self.containers[name]
 
-    def workload_popen(self, name: str, args: list[str], stdout: Any, stderr: Any,
-                       env: dict[str, str] | None = None, python: bool = True) -> Any:
+    def workload_popen(
+        self,
+        name: str,
+        args: list[str],
+        stdout: Any,
+        stderr: Any,
+        env: dict[str, str] | None = None,
+        python: bool = True,
+    ) -> Any:
         """Start a workload process in host `name`: in its container (docker exec), or in its namespace.
 
         args: the interpreter's arguments (`-u -m workloads.worker ...`) when `python`, else the whole
@@ -291,8 +332,9 @@ class Fabric:
             return
         node = self.host(name)
         if not hasattr(node, "setCPUFrac"):
-            raise FabricError(f"{name} has no CPU limit to change (give it a cpu straggler, or use "
-                              "--runtime docker)")
+            raise FabricError(
+                f"{name} has no CPU limit to change (give it a cpu straggler, or use --runtime docker)"
+            )
         node.setCPUFrac(share, sched="cfs")
 
     def set_port_buffer(self, ports: list[str], pkts: int, ecn_mark_pkts: int | None = None) -> None:
@@ -329,11 +371,28 @@ class Fabric:
         for k, port in enumerate(self.plan.switch_ports()):
             _run(["ip", "link", "set", "dev", port.name, "txqueuelen", str(self.spec.buffer_pkts)])
             bps = int(port.rate_mbit * 1e6)
-            args += ["--", "set", "port", port.name, f"qos=@qos{k}",
-                     "--", f"--id=@qos{k}", "create", "qos", "type=linux-htb",
-                     f"other-config:max-rate={bps}", "external-ids:incastlab=1", f"queues:0=@q{k}",
-                     "--", f"--id=@q{k}", "create", "queue", f"other-config:max-rate={bps}",
-                     f"other-config:min-rate={bps}", "external-ids:incastlab=1"]
+            args += [
+                "--",
+                "set",
+                "port",
+                port.name,
+                f"qos=@qos{k}",
+                "--",
+                f"--id=@qos{k}",
+                "create",
+                "qos",
+                "type=linux-htb",
+                f"other-config:max-rate={bps}",
+                "external-ids:incastlab=1",
+                f"queues:0=@q{k}",
+                "--",
+                f"--id=@q{k}",
+                "create",
+                "queue",
+                f"other-config:max-rate={bps}",
+                f"other-config:min-rate={bps}",
+                "external-ids:incastlab=1",
+            ]
         _run(args, timeout=60)
 
     def _shape_hosts(self) -> None:
@@ -342,13 +401,17 @@ class Fabric:
             node = self.net[host.name]
             intf = host.nic
             rate = host.rate_mbit
-            cmds = [f"ip link set dev {intf} txqueuelen {self.spec.host_buffer_pkts}",
-                    f"tc qdisc replace dev {intf} root handle 1: htb default 1",
-                    f"tc class add dev {intf} parent 1: classid 1:1 htb rate {rate}mbit ceil {rate}mbit"]
+            cmds = [
+                f"ip link set dev {intf} txqueuelen {self.spec.host_buffer_pkts}",
+                f"tc qdisc replace dev {intf} root handle 1: htb default 1",
+                f"tc class add dev {intf} parent 1: classid 1:1 htb rate {rate}mbit ceil {rate}mbit",
+            ]
             if self.spec.delay_ms or self.spec.loss_pct:
-                cmds.append(f"tc qdisc add dev {intf} parent 1:1 handle 10: netem "
-                            f"delay {self.spec.delay_ms}ms loss {self.spec.loss_pct}% "
-                            f"limit {self.spec.host_buffer_pkts}")
+                cmds.append(
+                    f"tc qdisc add dev {intf} parent 1:1 handle 10: netem "
+                    f"delay {self.spec.delay_ms}ms loss {self.spec.loss_pct}% "
+                    f"limit {self.spec.host_buffer_pkts}"
+                )
             for cmd in cmds:
                 out = node.cmd(cmd + " 2>&1; echo rc=$?")
                 if not out.strip().endswith("rc=0"):

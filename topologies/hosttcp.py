@@ -56,9 +56,14 @@ def check_cc(cc: str) -> None:
     probe = subprocess.run(["modprobe", "-q", f"tcp_{cc}"], capture_output=True, check=False)
     if probe.returncode == 0 and cc in available_cc():
         return
-    raise ParamError(f"cc {cc!r} is not available in this kernel (available: {' '.join(have) or 'none'}); "
-                     + ("DCTCP also needs ECN marking, e.g. in the Vagrant VM" if cc == "dctcp" else
-                        "pick another with --cc"))
+    raise ParamError(
+        f"cc {cc!r} is not available in this kernel (available: {' '.join(have) or 'none'}); "
+        + (
+            "DCTCP also needs ECN marking, e.g. in the Vagrant VM"
+            if cc == "dctcp"
+            else "pick another with --cc"
+        )
+    )
 
 
 def check_rto_min(rto_min_ms: float | None) -> None:
@@ -72,8 +77,13 @@ def check_rto_min(rto_min_ms: float | None) -> None:
 
 
 def _in_netns(pid: int, argv: list[str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["nsenter", f"--net=/proc/{pid}/ns/net", *argv], capture_output=True, text=True,
-                          timeout=10, check=False)
+    return subprocess.run(
+        ["nsenter", f"--net=/proc/{pid}/ns/net", *argv],
+        capture_output=True,
+        text=True,
+        timeout=10,
+        check=False,
+    )
 
 
 def _sysctl_path(key: str) -> str:
@@ -86,16 +96,35 @@ FABRIC_NET = "10.0.0.0/8"
 def apply(pid: int, nic: str, ip: str, cc: str, rto_min_ms: float | None, quickack: bool = False) -> None:
     """Set the congestion control (on the fabric route) and the minimum RTO in pid's namespace;
     quickack: the route also switches delayed ACKs off (`quickack 1`)."""
-    steps = [["ip", "route", "replace", FABRIC_NET, "dev", nic, "proto", "kernel", "scope", "link",
-              "src", ip, "congctl", cc, *(["quickack", "1"] if quickack else [])]]
+    steps = [
+        [
+            "ip",
+            "route",
+            "replace",
+            FABRIC_NET,
+            "dev",
+            nic,
+            "proto",
+            "kernel",
+            "scope",
+            "link",
+            "src",
+            ip,
+            "congctl",
+            cc,
+            *(["quickack", "1"] if quickack else []),
+        ]
+    ]
     if rto_min_ms is not None:
-        key = RTO_MIN_KEY.replace('/', '.')
+        key = RTO_MIN_KEY.replace("/", ".")
         steps.append(["sysctl", "-q", "-w", f"{key}={int(round(rto_min_ms * 1000))}"])
     for argv in steps:
         done = _in_netns(pid, argv)
         if done.returncode != 0:
-            raise HostTcpError(f"`{' '.join(argv)}` failed in the namespace of pid {pid}: "
-                               f"{(done.stderr or done.stdout).strip() or done.returncode}")
+            raise HostTcpError(
+                f"`{' '.join(argv)}` failed in the namespace of pid {pid}: "
+                f"{(done.stderr or done.stdout).strip() or done.returncode}"
+            )
 
 
 def read(pid: int) -> HostTcp:
@@ -116,6 +145,9 @@ def read(pid: int) -> HostTcp:
         got = _in_netns(pid, ["cat", _sysctl_path(RTO_MIN_KEY)])
         if got.returncode == 0 and got.stdout.strip().isdigit():
             rto = int(got.stdout.strip()) / 1000.0
-    quick = "quickack" in words and words.index("quickack") + 1 < len(words) and \
-        words[words.index("quickack") + 1] == "1"
+    quick = (
+        "quickack" in words
+        and words.index("quickack") + 1 < len(words)
+        and words[words.index("quickack") + 1] == "1"
+    )
     return HostTcp(cc, rto, quick)

@@ -49,8 +49,16 @@ class Leftovers:
 
     def empty(self) -> bool:
         """True when nothing is left."""
-        return not (self.bridges or self.veths or self.pids or self.netns or self.qos or self.containers
-                    or self.images or self.vm)
+        return not (
+            self.bridges
+            or self.veths
+            or self.pids
+            or self.netns
+            or self.qos
+            or self.containers
+            or self.images
+            or self.vm
+        )
 
     def describe(self) -> str:
         """One line naming what is left."""
@@ -133,10 +141,12 @@ def find_leftovers(vm: bool = True) -> Leftovers:
             if VETH_RE.match(name):
                 left.veths.append(name)
     left.pids = marked_pids()
-    left.netns = [n.split()[0] for n in _out(["ip", "netns", "list"]).splitlines()
-                  if n.startswith(NETNS_PREFIX)]
-    left.qos = _out(["ovs-vsctl", "--timeout=5", "--bare", "--columns=_uuid", "find", "qos",
-                     "external-ids:incastlab=1"]).split()
+    left.netns = [
+        n.split()[0] for n in _out(["ip", "netns", "list"]).splitlines() if n.startswith(NETNS_PREFIX)
+    ]
+    left.qos = _out(
+        ["ovs-vsctl", "--timeout=5", "--bare", "--columns=_uuid", "find", "qos", "external-ids:incastlab=1"]
+    ).split()
     left.containers = run_containers()
     left.images = dangling_images()
     left.vm = vm_leftovers() if vm else []
@@ -158,13 +168,22 @@ def vm_leftovers() -> list[str]:
     # no socket: libvirtd is not running (asking would start it where systemd socket-activates it)
     if shutil.which("virsh") is None or not LIBVIRT_SOCKET.exists() or vm_check_running():
         return []
-    found = [f"domain:{d}" for d in _out([*VIRSH, "list", "--all", "--name"], timeout=5).split()
-             if d.startswith(VM_PREFIX)]
-    volumes = [line.split()[0] for line in _out([*VIRSH, "vol-list", "default"], timeout=5).splitlines()
-               if line.split()]
+    found = [
+        f"domain:{d}"
+        for d in _out([*VIRSH, "list", "--all", "--name"], timeout=5).split()
+        if d.startswith(VM_PREFIX)
+    ]
+    volumes = [
+        line.split()[0]
+        for line in _out([*VIRSH, "vol-list", "default"], timeout=5).splitlines()
+        if line.split()
+    ]
     found += [f"volume:{v}" for v in volumes if v.startswith(VM_PREFIX)]
-    found += [f"network:{n}" for n in _out([*VIRSH, "net-list", "--all", "--name"], timeout=5).split()
-              if n == VM_NETWORK]
+    found += [
+        f"network:{n}"
+        for n in _out([*VIRSH, "net-list", "--all", "--name"], timeout=5).split()
+        if n == VM_NETWORK
+    ]
     return found
 
 
@@ -233,8 +252,9 @@ def remove(left: Leftovers) -> None:
 
 def _destroy_qos(qos: list[str]) -> None:
     """Drop the QoS rows found and the queue rows incastlab created (OVS keeps both until destroyed)."""
-    queues = _out(["ovs-vsctl", "--timeout=5", "--bare", "--columns=_uuid", "find", "queue",
-                   "external-ids:incastlab=1"]).split()
+    queues = _out(
+        ["ovs-vsctl", "--timeout=5", "--bare", "--columns=_uuid", "find", "queue", "external-ids:incastlab=1"]
+    ).split()
     if not qos and not queues:
         return
     argv = ["ovs-vsctl", "--timeout=20"]

@@ -70,18 +70,25 @@ def docker_bin() -> str | None:
     return shutil.which("docker")
 
 
-def docker(*args: str, timeout: float = 60, check: bool = True, input: str | None = None,  # noqa: A002
-           env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def docker(
+    *args: str,
+    timeout: float = 60,
+    check: bool = True,
+    input: str | None = None,  # noqa: A002
+    env: dict[str, str] | None = None,
+) -> subprocess.CompletedProcess[str]:
     """Run the docker client; ImageError with its last stderr line on failure."""
     exe = docker_bin()
     if exe is None:
         raise ImageError("docker is not installed: run `make deps`")
     try:
-        proc = subprocess.run([exe, *args], capture_output=True, text=True, timeout=timeout, input=input,
-                              env=env)
+        proc = subprocess.run(
+            [exe, *args], capture_output=True, text=True, timeout=timeout, input=input, env=env
+        )
     except subprocess.TimeoutExpired as exc:
-        raise ImageError(f"`docker {args[0]}` did not answer within {timeout:g} s (is dockerd hung?)") \
-            from exc
+        raise ImageError(
+            f"`docker {args[0]}` did not answer within {timeout:g} s (is dockerd hung?)"
+        ) from exc
     if check and proc.returncode != 0:
         lines = (proc.stderr or proc.stdout).strip().splitlines()
         raise ImageError(f"docker {' '.join(args[:2])}: {lines[-1] if lines else f'exit {proc.returncode}'}")
@@ -124,8 +131,15 @@ def container_code() -> list[Path]:
             continue
         seen.add(path)
         for node in ast.walk(ast.parse(path.read_text())):
-            names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
-                [node.module] if isinstance(node, ast.ImportFrom) and node.module and not node.level else [])
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else (
+                    [node.module]
+                    if isinstance(node, ast.ImportFrom) and node.module and not node.level
+                    else []
+                )
+            )
             for name in names:
                 if name.split(".")[0] in CODE_DIRS:
                     base = ROOT.joinpath(*name.split("."))
@@ -134,8 +148,11 @@ def container_code() -> list[Path]:
                         todo += [base / f"{a.name}.py" for a in node.names]
     for d in CODE_DIRS:  # the packages' own __init__ runs on any import of them
         seen.add(ROOT / d / "__init__.py")
-    other = [p for p in (ROOT / "workloads").rglob("*") if p.is_file() and p.suffix not in (".py", ".pyc")
-             and "__pycache__" not in p.parts]
+    other = [
+        p
+        for p in (ROOT / "workloads").rglob("*")
+        if p.is_file() and p.suffix not in (".py", ".pyc") and "__pycache__" not in p.parts
+    ]
     return sorted({p for p in seen if p.exists()} | set(other))
 
 
@@ -185,8 +202,21 @@ def download_wheels(py: str, say: Callable[[str], None]) -> Path:
     machine = platform.machine()
     plats = [f"manylinux_2_{k}_{machine}" for k in (28, 27, 17)]
     plats += [f"manylinux2014_{machine}", f"linux_{machine}"]
-    argv = [sys.executable, "-m", "pip", "download", "-q", "--disable-pip-version-check", "-d", str(dest),
-            "--only-binary=:all:", "--python-version", py, "--implementation", "cp"]
+    argv = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "-q",
+        "--disable-pip-version-check",
+        "-d",
+        str(dest),
+        "--only-binary=:all:",
+        "--python-version",
+        py,
+        "--implementation",
+        "cp",
+    ]
     for p in plats:
         argv += ["--platform", p]
     if os.environ.get("INCASTLAB_TORCH_INDEX"):
@@ -229,8 +259,11 @@ def debootstrap_base(say: Callable[[str], None]) -> None:
     with tempfile.TemporaryDirectory(prefix="incastlab-rootfs-") as tmp:
         root = Path(tmp) / "rootfs"
         say(f"base: debootstrap --variant=minbase bookworm with python3 (from {DEBIAN_MIRROR})")
-        proc = subprocess.run(["debootstrap", "--variant=minbase", "--include=python3", "bookworm", str(root),
-                               DEBIAN_MIRROR], capture_output=True, text=True)
+        proc = subprocess.run(
+            ["debootstrap", "--variant=minbase", "--include=python3", "bookworm", str(root), DEBIAN_MIRROR],
+            capture_output=True,
+            text=True,
+        )
         if proc.returncode != 0:
             lines = (proc.stderr or proc.stdout).strip().splitlines()
             raise ImageError(f"debootstrap failed: {lines[-1] if lines else proc.returncode}")
@@ -251,8 +284,21 @@ def debootstrap_base(say: Callable[[str], None]) -> None:
 def _import_base(tar: IO[bytes]) -> None:
     """`docker import` of a root tree's tar stream as the base image, labelled as incastlab's."""
     exe = docker_bin() or "docker"
-    imp = subprocess.run([exe, "import", "--change", f"LABEL {IMAGE_LABEL}=base", "--change",
-                          'CMD ["/bin/bash"]', "-", BASE_IMAGE], stdin=tar, capture_output=True, text=True)
+    imp = subprocess.run(
+        [
+            exe,
+            "import",
+            "--change",
+            f"LABEL {IMAGE_LABEL}=base",
+            "--change",
+            'CMD ["/bin/bash"]',
+            "-",
+            BASE_IMAGE,
+        ],
+        stdin=tar,
+        capture_output=True,
+        text=True,
+    )
     if imp.returncode != 0:
         raise ImageError(f"docker import failed: {imp.stderr.strip()[-200:]}")
 
@@ -265,13 +311,25 @@ def size_of(ref: str) -> str:
 
 def image_python(base: str) -> str:
     """The base image's python version ("3.11")."""
-    proc = docker("run", "--rm", "--network", "none", "--entrypoint", "sh", base, "-c",
-                  "exec $(command -v python3 || command -v python) -c "
-                  "'import sys; print(\"%d.%d\" % sys.version_info[:2])'", timeout=120, check=False)
+    proc = docker(
+        "run",
+        "--rm",
+        "--network",
+        "none",
+        "--entrypoint",
+        "sh",
+        base,
+        "-c",
+        "exec $(command -v python3 || command -v python) -c "
+        "'import sys; print(\"%d.%d\" % sys.version_info[:2])'",
+        timeout=120,
+        check=False,
+    )
     if proc.returncode != 0 or not proc.stdout.strip():
         said = (proc.stderr or "").strip().splitlines()
-        raise ImageError(f"base image {base}: no python3 answers in it"
-                         + (f" ({said[-1][-200:]})" if said else ""))
+        raise ImageError(
+            f"base image {base}: no python3 answers in it" + (f" ({said[-1][-200:]})" if said else "")
+        )
     return proc.stdout.strip().splitlines()[-1]
 
 
@@ -284,8 +342,11 @@ def stage_context(ctx: Path, wheels: Path) -> None:
         except OSError:
             shutil.copy2(whl, ctx / "wheels" / whl.name)
     for d in CODE_DIRS:
-        shutil.copytree(ROOT / d, ctx / "incastlab" / d,
-                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "Dockerfile"))
+        shutil.copytree(
+            ROOT / d,
+            ctx / "incastlab" / d,
+            ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "Dockerfile"),
+        )
 
 
 def build(say: Callable[[str], None], force: bool = False) -> dict:
@@ -297,8 +358,10 @@ def build(say: Callable[[str], None], force: bool = False) -> dict:
     base_info = inspect_image(base)
     if base_info is None:
         if base != BASE_IMAGE:
-            raise ImageError(f"{BASE_ENV}={base}: no such image here (pull or load it first; no registry "
-                             "is reachable from this machine)")
+            raise ImageError(
+                f"{BASE_ENV}={base}: no such image here (pull or load it first; no registry "
+                "is reachable from this machine)"
+            )
         debootstrap_base(say)
         base_info = inspect_image(base)
         assert base_info is not None
@@ -319,18 +382,36 @@ def build(say: Callable[[str], None], force: bool = False) -> dict:
         env = dict(os.environ, DOCKER_BUILDKIT="0")
         env.pop("INCASTLAB_RUN", None)
         t1 = time.monotonic()
-        proc = docker("build", "--force-rm", "-f", str(DOCKERFILE), "--build-arg", f"BASE={base}",
-                      "--label", f"incastlab.code={code}", "--label", f"incastlab.inputs={inputs}",
-                      "--label", f"incastlab.base={base}", "-t", WORKER_IMAGE, str(ctx), timeout=3600,
-                      check=False, env=env)
+        proc = docker(
+            "build",
+            "--force-rm",
+            "-f",
+            str(DOCKERFILE),
+            "--build-arg",
+            f"BASE={base}",
+            "--label",
+            f"incastlab.code={code}",
+            "--label",
+            f"incastlab.inputs={inputs}",
+            "--label",
+            f"incastlab.base={base}",
+            "-t",
+            WORKER_IMAGE,
+            str(ctx),
+            timeout=3600,
+            check=False,
+            env=env,
+        )
         if proc.returncode != 0:
             lines = [ln for ln in (proc.stderr + proc.stdout).strip().splitlines() if ln.strip()]
             raise ImageError(f"docker build failed: {lines[-1] if lines else proc.returncode}")
     if old is not None and old["Id"] != (inspect_image(WORKER_IMAGE) or {}).get("Id"):
         docker("image", "rm", old["Id"], check=False)  # the image it replaced, now untagged
     secs = time.monotonic() - t0
-    say(f"image: {WORKER_IMAGE} built in {secs:.0f} s (docker build {time.monotonic() - t1:.0f} s), "
-        f"{size_of(WORKER_IMAGE)}")
+    say(
+        f"image: {WORKER_IMAGE} built in {secs:.0f} s (docker build {time.monotonic() - t1:.0f} s), "
+        f"{size_of(WORKER_IMAGE)}"
+    )
     return {"image": WORKER_IMAGE, "built": True, "seconds": secs, "size": size_of(WORKER_IMAGE)}
 
 

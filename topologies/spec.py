@@ -138,16 +138,41 @@ def build_plan(spec: FabricSpec) -> dict[str, Any]:
         lname = f"lf{leaf}"
         switches.append({"name": lname, "dpid": LEAF_DPID_BASE + leaf, "role": "leaf"})
         for s in range(1, spec.spines + 1):
-            links.append({"a": lname, "a_port": s, "b": f"sp{s}", "b_port": leaf,
-                          "kind": "uplink", "rate_mbit": float(spec.uplink_mbit)})
+            links.append(
+                {
+                    "a": lname,
+                    "a_port": s,
+                    "b": f"sp{s}",
+                    "b_port": leaf,
+                    "kind": "uplink",
+                    "rate_mbit": float(spec.uplink_mbit),
+                }
+            )
         for k in range(spec.hosts_per_leaf):
             index = (leaf - 1) * spec.hosts_per_leaf + k + 1
             hname = f"h{index}"
             port = spec.spines + k + 1
-            hosts.append({"name": hname, "index": index, "ip": host_ip(index), "mac": host_mac(index),
-                          "leaf": lname, "port": port, "ps": hname == spec.ps_host})
-            links.append({"a": lname, "a_port": port, "b": hname, "b_port": 0,
-                          "kind": "host", "rate_mbit": float(spec.host_rate(hname))})
+            hosts.append(
+                {
+                    "name": hname,
+                    "index": index,
+                    "ip": host_ip(index),
+                    "mac": host_mac(index),
+                    "leaf": lname,
+                    "port": port,
+                    "ps": hname == spec.ps_host,
+                }
+            )
+            links.append(
+                {
+                    "a": lname,
+                    "a_port": port,
+                    "b": hname,
+                    "b_port": 0,
+                    "kind": "host",
+                    "rate_mbit": float(spec.host_rate(hname)),
+                }
+            )
     ps = next(h for h in hosts if h["ps"])
     return {
         "spec": spec.to_dict(),

@@ -49,7 +49,10 @@ class CollectiveExchange:
     def start(self) -> None:
         try:
             dist.init_process_group(
-                "gloo", init_method=self.url, rank=self.rank, world_size=self.world,
+                "gloo",
+                init_method=self.url,
+                rank=self.rank,
+                world_size=self.world,
                 timeout=timedelta(seconds=self.timeout),
             )
         except (RuntimeError, ValueError, OSError) as exc:

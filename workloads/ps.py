@@ -77,8 +77,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 class ParameterServer:
     """Runs one training job to completion or raises WorkloadError naming what failed."""
 
-    def __init__(self, job: JobSpec, log: JsonlWriter, bind: str, dump_grad: str | None = None,
-                 shard: int = 0) -> None:
+    def __init__(
+        self, job: JobSpec, log: JsonlWriter, bind: str, dump_grad: str | None = None, shard: int = 0
+    ) -> None:
         self.job = job
         self.log = log
         self.bind = bind
@@ -92,7 +93,7 @@ class ParameterServer:
         self.shard = shard
         self.lo, self.hi = shard_bounds(spec.nparams, max(1, len(job.shards)))[shard]
         self.nparams = self.hi - self.lo  # this shard's slice of the model
-        self.weights = init_weights(spec, job.seed)[self.lo:self.hi].clone()
+        self.weights = init_weights(spec, job.seed)[self.lo : self.hi].clone()
         self.events: queue.Queue[tuple[str, int, object]] = queue.Queue()
         self.conns: dict[int, _Conn] = {}
         self.pending: dict[int, np.ndarray] = {}
@@ -101,12 +102,14 @@ class ParameterServer:
         self._closing = threading.Event()
         # serial pull: (rank, message) for the one sender that answers workers one after another
         self.serial: queue.Queue[tuple[int, tuple[Header, bytes]] | None] | None = (
-            queue.Queue() if job.pull == "serial" else None)
+            queue.Queue() if job.pull == "serial" else None
+        )
         # serial pull: ranks whose model waits behind another's send. Their silence is the PS's, not
         # theirs: a worker that stops reading holds up those after it, and only it may be blamed.
         self.queued: set[int] = set()
-        self.listener = socket.create_server((bind, job.shard(shard).port if job.shards else job.master_port),
-                                             backlog=max(16, job.world * 2))
+        self.listener = socket.create_server(
+            (bind, job.shard(shard).port if job.shards else job.master_port), backlog=max(16, job.world * 2)
+        )
 
     # --- threads -------------------------------------------------------------------------------
     def _accept_loop(self) -> None:
@@ -249,7 +252,8 @@ class ParameterServer:
                 continue
             c = self.conns[r]
             self._lose(
-                r, f"sent nothing for {self.job.timeout:g} s",
+                r,
+                f"sent nothing for {self.job.timeout:g} s",
                 f"worker {r} ({c.peer}) sent nothing for {self.job.timeout:g} s at step {self._step_of(r)}",
             )
 
@@ -269,10 +273,16 @@ class ParameterServer:
         with contextlib.suppress(OSError):  # wakes its reader and sender; a hung worker that
             c.sock.shutdown(socket.SHUT_RDWR)  # resumes finds the connection gone and fails
         n = loss.remaining
-        rest = (f"async training goes on with {n} worker{'s' if n != 1 else ''}" if n
-                else "async training ends with the workers that finished")
-        print(f"parameter server: worker {rank} lost at step {step} ({reason}); {rest}",
-              file=sys.stderr, flush=True)
+        rest = (
+            f"async training goes on with {n} worker{'s' if n != 1 else ''}"
+            if n
+            else "async training ends with the workers that finished"
+        )
+        print(
+            f"parameter server: worker {rank} lost at step {step} ({reason}); {rest}",
+            file=sys.stderr,
+            flush=True,
+        )
 
     def run(self) -> None:
         threading.Thread(target=self._accept_loop, daemon=True).start()

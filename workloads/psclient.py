@@ -94,7 +94,8 @@ class PSClientExchange:
         t0 = time.perf_counter()
         try:
             stats.bytes_sent = send_msg(
-                self.sock, Header(Kind.PUSH, rank=self.rank, step=step, version=self.version),
+                self.sock,
+                Header(Kind.PUSH, rank=self.rank, step=step, version=self.version),
                 as_bytes(grad.numpy()),
             )
             t_sent = time.perf_counter()
@@ -127,11 +128,14 @@ class PSClientExchange:
 class ShardedPSExchange:
     """Push/pull with every shard of a sharded PS at once; shard k holds parameters [a_k, b_k)."""
 
-    def __init__(self, rank: int, bounds: list[tuple[int, int]], servers: list[tuple[str, int]],
-                 timeout: float) -> None:
+    def __init__(
+        self, rank: int, bounds: list[tuple[int, int]], servers: list[tuple[str, int]], timeout: float
+    ) -> None:
         self.bounds = bounds
-        self.shards = [PSClientExchange(rank, b - a, addr, port, timeout)
-                       for (a, b), (addr, port) in zip(bounds, servers, strict=True)]
+        self.shards = [
+            PSClientExchange(rank, b - a, addr, port, timeout)
+            for (a, b), (addr, port) in zip(bounds, servers, strict=True)
+        ]
         self.pool = ThreadPoolExecutor(max_workers=len(self.shards), thread_name_prefix="shard")
 
     def start(self) -> None:
@@ -140,12 +144,17 @@ class ShardedPSExchange:
 
     def step(self, step: int, weights: torch.Tensor, grad: torch.Tensor) -> ExchangeStats:
         t0 = time.perf_counter()
-        futures = [self.pool.submit(c.step, step, weights[a:b], grad[a:b])
-                   for c, (a, b) in zip(self.shards, self.bounds, strict=True)]
+        futures = [
+            self.pool.submit(c.step, step, weights[a:b], grad[a:b])
+            for c, (a, b) in zip(self.shards, self.bounds, strict=True)
+        ]
         parts = [f.result() for f in futures]  # the first failure propagates, naming its shard
-        return ExchangeStats(comm_s=time.perf_counter() - t0, wait_s=max(p.wait_s for p in parts),
-                             bytes_sent=sum(p.bytes_sent for p in parts),
-                             bytes_recv=sum(p.bytes_recv for p in parts))
+        return ExchangeStats(
+            comm_s=time.perf_counter() - t0,
+            wait_s=max(p.wait_s for p in parts),
+            bytes_sent=sum(p.bytes_sent for p in parts),
+            bytes_recv=sum(p.bytes_recv for p in parts),
+        )
 
     def close(self) -> None:
         try:

@@ -33,7 +33,6 @@ ASYNC = ("async", "ssp")
 STRATEGIES = SYNC + ASYNC
 
 
-
 @dataclass
 class Decision:
     """What the server must do after one arrival, in order: store, apply, reply, log."""
@@ -115,8 +114,12 @@ class PSCore:
         Finished and dropped workers, and workers never heard of (not started), are not counted.
         """
         return [
-            w for w, t in enumerate(self._heard)
-            if t is not None and now - t > timeout and w not in self.done and w not in self.lost
+            w
+            for w, t in enumerate(self._heard)
+            if t is not None
+            and now - t > timeout
+            and w not in self.done
+            and w not in self.lost
             and not self.waiting_for_reply(w)
         ]
 

@@ -39,8 +39,9 @@ class RingStats:
     segments: int = 0  # segments per chunk
 
 
-def segments_per_chunk(chunk_bytes: int, segment_bytes: int = SEGMENT_BYTES,
-                       min_segments: int = MIN_SEGMENTS) -> int:
+def segments_per_chunk(
+    chunk_bytes: int, segment_bytes: int = SEGMENT_BYTES, min_segments: int = MIN_SEGMENTS
+) -> int:
     """How many segments a chunk of `chunk_bytes` is cut into: segments of at most `segment_bytes`, and
     at least `min_segments` of at least MIN_SEGMENT_BYTES where the chunk allows (1 MiB over 7 ranks:
     4 segments of 37 KiB, not one, so every step of the ring pipelines)."""
@@ -61,8 +62,14 @@ def schedule(rank: int, world: int) -> list[tuple[int, int, bool]]:
     return steps
 
 
-def ring_allreduce_(tensor: torch.Tensor, rank: int, world: int, segment_bytes: int = SEGMENT_BYTES,
-                    window: int = WINDOW, min_segments: int = MIN_SEGMENTS) -> RingStats:
+def ring_allreduce_(
+    tensor: torch.Tensor,
+    rank: int,
+    world: int,
+    segment_bytes: int = SEGMENT_BYTES,
+    window: int = WINDOW,
+    min_segments: int = MIN_SEGMENTS,
+) -> RingStats:
     """Sum `tensor` (1-D, contiguous) across all ranks in place; the same result on every rank.
 
     Every element is summed in the same order as by the unpipelined ring (along the ring, starting

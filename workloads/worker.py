@@ -30,20 +30,23 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m workloads.worker", description=__doc__)
     p.add_argument("--job", required=True, type=Path, help="the strategy's job.json (runmodel.job)")
     p.add_argument("--rank", type=int, required=True)
-    p.add_argument("--threads", type=int, default=1,
-                   help="torch intra-op threads (hosts share the CPU; default 1)")
+    p.add_argument(
+        "--threads", type=int, default=1, help="torch intra-op threads (hosts share the CPU; default 1)"
+    )
     p.add_argument("--dump-grad", default=None, help="debug (ring/allreduce): save step 0's mean gradient")
     return p.parse_args(argv)
 
 
 def make_exchange(job: JobSpec, rank: int, spec: ModelSpec) -> Exchange:
     if not job.uses_ps:
-        return CollectiveExchange(job.strategy, rank, job.world, job.master_addr, job.master_port,
-                                  job.timeout, job.lr)
+        return CollectiveExchange(
+            job.strategy, rank, job.world, job.master_addr, job.master_port, job.timeout, job.lr
+        )
     if len(job.shards) == 1:
         return PSClientExchange(rank, spec.nparams, job.shards[0].addr, job.shards[0].port, job.timeout)
-    return ShardedPSExchange(rank, shard_bounds(spec.nparams, len(job.shards)),
-                             [(k.addr, k.port) for k in job.shards], job.timeout)
+    return ShardedPSExchange(
+        rank, shard_bounds(spec.nparams, len(job.shards)), [(k.addr, k.port) for k in job.shards], job.timeout
+    )
 
 
 def train(job: JobSpec, me: RankJob, log: JsonlWriter, dump_grad: str | None = None) -> None:
@@ -65,10 +68,22 @@ def train(job: JobSpec, me: RankJob, log: JsonlWriter, dump_grad: str | None = N
         stats = ex.step(step, weights, grad)
         if step == 0 and dump_grad and isinstance(ex, CollectiveExchange) and ex.last_avg is not None:
             np.save(dump_grad, ex.last_avg.numpy())
-        log.write(StepRecord(
-            rank=me.rank, strategy=job.strategy, step=step, t_start=t_start, t_end=time.time(),
-            compute_s=compute_s, comm_s=stats.comm_s, wait_s=stats.wait_s,
-            bytes_sent=stats.bytes_sent, bytes_recv=stats.bytes_recv, loss=loss, samples=job.batch))
+        log.write(
+            StepRecord(
+                rank=me.rank,
+                strategy=job.strategy,
+                step=step,
+                t_start=t_start,
+                t_end=time.time(),
+                compute_s=compute_s,
+                comm_s=stats.comm_s,
+                wait_s=stats.wait_s,
+                bytes_sent=stats.bytes_sent,
+                bytes_recv=stats.bytes_recv,
+                loss=loss,
+                samples=job.batch,
+            )
+        )
     ex.close()
     log.write(WorkerDone(me.rank, job.steps))
 

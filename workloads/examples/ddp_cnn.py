@@ -71,9 +71,11 @@ def main(argv: list[str] | None = None) -> int:
     opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
     n_params = sum(p.numel() for p in model.parameters())
     if rank == 0:
-        print(f"world {world}, {n_params} parameters ({n_params * 4 / 2**20:.2f} MiB of gradient), "
-              f"buckets of {args.bucket_mb} MB, interface {os.environ.get('GLOO_SOCKET_IFNAME', '?')}",
-              flush=True)
+        print(
+            f"world {world}, {n_params} parameters ({n_params * 4 / 2**20:.2f} MiB of gradient), "
+            f"buckets of {args.bucket_mb} MB, interface {os.environ.get('GLOO_SOCKET_IFNAME', '?')}",
+            flush=True,
+        )
     data = batches(rank, args.batch, args.seed)
     for step in range(1, args.steps + 1):
         if args.fail_at and step == args.fail_at and rank == 1:
