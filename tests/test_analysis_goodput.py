@@ -3,7 +3,6 @@ the union of tshark's (tcp.seq_raw, tcp.len) ranges per stream direction."""
 
 from __future__ import annotations
 
-import collections
 from pathlib import Path
 
 import numpy as np
@@ -12,35 +11,8 @@ import pytest
 from analysis.goodput import delivered_bytes, first_arrival_bytes
 from analysis.pcapfile import read_pcap
 from analysis.tcp import analyze, goodput_timeline
-from tests.test_analysis_trace import A_IP, ACK, B_IP, PSH, SYN, Trace, needs_tshark, tshark_fields
-
-
-def tshark_unique_bytes(f: Path) -> dict[tuple[str, str, str, str], int]:
-    """{(stream, src, srcport, dst): unique payload bytes} from tshark's fields, by merging ranges."""
-    ranges: dict[tuple[str, str, str, str], list[tuple[int, int]]] = collections.defaultdict(list)
-    first: dict[tuple[str, str, str, str], int] = {}
-    for st, src, sp, dst, seq, ln, syn in tshark_fields(
-        f, "tcp.stream", "ip.src", "tcp.srcport", "ip.dst", "tcp.seq_raw", "tcp.len", "tcp.flags.syn"
-    ):
-        n = int(ln)
-        if not n:
-            continue
-        key = (st, src, sp, dst)
-        s = int(seq) + (syn == "1")
-        b = first.setdefault(key, s)
-        r = ((s - b + (1 << 31)) & 0xFFFFFFFF) - (1 << 31)  # unwrapped, relative to the first
-        ranges[key].append((r, r + n))
-    out = {}
-    for key, rs in ranges.items():
-        rs.sort()
-        tot, (lo, hi) = 0, rs[0]
-        for a, b in rs[1:]:
-            if a > hi:
-                tot, lo, hi = tot + hi - lo, a, b
-            else:
-                hi = max(hi, b)
-        out[key] = tot + hi - lo
-    return out
+from tests.test_analysis_trace import A_IP, ACK, B_IP, PSH, SYN, Trace
+from tests.tshark import tshark_unique_bytes
 
 
 def _known_trace() -> Trace:
@@ -114,7 +86,6 @@ def _random_receiver_trace(rng: np.random.Generator, isn: int, conns: int = 3) -
     return tr
 
 
-@needs_tshark
 @pytest.mark.parametrize("isn", [12345, 0xFFFF0000])
 def test_equals_tshark_sequence_range_union(tmp_path: Path, isn: int) -> None:
     rng = np.random.default_rng(isn & 0xFFFF)

@@ -9,7 +9,8 @@ import pytest
 
 from analysis.inspect import connection_rows
 from incastlab.cli import main as cli_main
-from tests.test_analysis_trace import ACK, PSH, SYN, Trace, needs_tshark, tcp_options, tshark_fields
+from tests.test_analysis_trace import ACK, PSH, SYN, Trace, tcp_options
+from tests.tshark import tshark_fields
 
 FLOW = "10.0.0.2:40000-10.0.0.1:5000"
 
@@ -49,7 +50,6 @@ def _compare(f: Path, absolute: bool) -> tuple[int, tuple[int, int] | None]:
     return len(rows), scales
 
 
-@needs_tshark
 @pytest.mark.parametrize("absolute", [False, True])
 @pytest.mark.parametrize("ws", [(7, 9), (None, 9), (0, 14)])
 def test_numbers_and_windows_as_tshark_shows_them(
@@ -61,7 +61,6 @@ def test_numbers_and_windows_as_tshark_shows_them(
     assert scales == ((0, 0) if None in ws else ws)
 
 
-@needs_tshark
 @pytest.mark.parametrize("drop", [3, 4])
 def test_without_the_handshake(tmp_path: Path, drop: int) -> None:
     """Mid-stream capture: tshark's bases (one less than the first sequence or ACK number seen),

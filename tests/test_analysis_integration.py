@@ -24,6 +24,7 @@ from analysis.fabric_loss import fabric_drops
 from analysis.pcapfile import read_pcap
 from analysis.tcp import analyze
 from incastlab.cli import main as cli_main
+from tests.tshark import tshark_count
 from tests.waiting import pcap_fins, wait_for
 
 pytestmark = [
@@ -215,11 +216,6 @@ def caps(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, dict[st
     assert not any(ns.startswith("ilt-an") for ns in _sh("ip", "netns", "list").split())
 
 
-def _tshark_count(f: object, field: str) -> int:
-    out = _sh("tshark", "-r", str(f), "-Y", field, "-T", "fields", "-e", "frame.number")
-    return len(out.split())
-
-
 def test_transfer_completed(caps: dict[str, dict[str, object]]) -> None:
     assert caps["lossy"]["received"] == 4_000_000 and caps["clean"]["received"] == 4_000_000
 
@@ -228,18 +224,18 @@ def test_transfer_completed(caps: dict[str, dict[str, object]]) -> None:
 def test_retransmissions_match_tshark(caps: dict[str, dict[str, object]], side: str) -> None:
     f = caps["lossy"][side]
     s = analyze(read_pcap(f)).summary()
-    ts = _tshark_count(f, "tcp.analysis.retransmission")
+    ts = tshark_count(f, "tcp.analysis.retransmission")
     assert ts > 0 and s["retransmits"] > 0
     assert abs(s["retransmits"] - ts) <= 0.01 * ts
-    assert s["dup_acks"] == _tshark_count(f, "tcp.analysis.duplicate_ack")
-    assert s["out_of_order"] == _tshark_count(f, "tcp.analysis.out_of_order")
+    assert s["dup_acks"] == tshark_count(f, "tcp.analysis.duplicate_ack")
+    assert s["out_of_order"] == tshark_count(f, "tcp.analysis.out_of_order")
     assert s["fast_retransmits"] + s["timeout_retransmits"] == s["retransmits"]
 
 
 def test_clean_capture_has_no_retransmissions(caps: dict[str, dict[str, object]]) -> None:
     for side in ("snd", "rcv"):
         f = caps["clean"][side]
-        assert _tshark_count(f, "tcp.analysis.retransmission") == 0
+        assert tshark_count(f, "tcp.analysis.retransmission") == 0
         s = analyze(read_pcap(f)).summary()
         assert s["retransmits"] == 0 and s["segments"] > 2000
     assert (
@@ -264,7 +260,7 @@ def test_cli_json_and_inspect(caps: dict[str, dict[str, object]], capsys: pytest
     f = str(caps["lossy"]["snd"])
     assert cli_main(["analyze", f, "--json", "--per-flow"]) == 0
     res = json.loads(capsys.readouterr().out)
-    ts = _tshark_count(f, "tcp.analysis.retransmission")
+    ts = tshark_count(f, "tcp.analysis.retransmission")
     assert ts > 0 and abs(res["retransmits"] - ts) <= 0.01 * ts
     flow = res["per_flow"][0]["flow"]
     assert cli_main(["inspect", f, "--flow", flow]) == 0

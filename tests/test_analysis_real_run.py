@@ -14,7 +14,7 @@ from analysis.rto import rto_events
 from analysis.tcpopts import read_options
 from incastlab.cli import main as cli_main
 from runmodel.folder import RunFolder
-from tests.test_analysis_goodput import tshark_unique_bytes
+from tests.tshark import tshark_delivered_bytes
 
 pytestmark = pytest.mark.integration
 
@@ -62,7 +62,7 @@ def test_delivered_bytes_per_receiver_equal_tshark(compare_run, strategy: str) -
         f = run / strategy / "pcap" / f"{h}.pcap"
         ip = _ip(run, h)
         ours = delivered_bytes(read_pcap(f), receiver=ip).bytes
-        theirs = sum(n for (_s, _src, _sp, dst), n in tshark_unique_bytes(f).items() if dst == ip)
+        theirs = tshark_delivered_bytes(f, ip)
         assert theirs > 100_000 and abs(ours - theirs) <= 0.01 * theirs, h
 
 

@@ -13,7 +13,8 @@ import pytest
 from analysis.pcapfile import read_pcap
 from analysis.rto import rto_events
 from analysis.tcpopts import read_options
-from tests.test_analysis_trace import ACK, PSH, SYN, Trace, needs_tshark, tcp_options, tshark_fields
+from tests.test_analysis_trace import ACK, PSH, SYN, Trace, tcp_options
+from tests.tshark import tshark_fields
 
 ISN_A, ISN_B = 1000, 5000
 
@@ -183,21 +184,12 @@ def test_timestamps_place_sends_at_the_kernel_time(tmp_path: Path) -> None:
     f = tr.write(tmp_path / "ts.pcap")
     p = read_pcap(f)
     opts = read_options(p)
-    rows = tshark_fields_or_none(f)
-    if rows is not None:
-        assert [int(r[0]) if r[0] else -1 for r in rows] == opts.tsval.tolist()
+    rows = tshark_fields(f, "tcp.options.timestamp.tsval")
+    assert [int(r[0]) if r[0] else -1 for r in rows] == opts.tsval.tolist()
     assert rto_events(p, tsval=opts.tsval).timeouts == 0
     # without timestamps the capture alone cannot tell: the wire shows a lone head retransmission
     # 0.3 s after the segment's original and no ACK progress for 10 ms ... which is < 0.15 s: none
     assert rto_events(p).timeouts == 0
-
-
-def tshark_fields_or_none(f: Path) -> list[list[str]] | None:
-    import shutil
-
-    if shutil.which("tshark") is None:
-        return None
-    return tshark_fields(f, "tcp.options.timestamp.tsval")
 
 
 def _kernel_trace(queue_s: float) -> tuple[Trace, list[float]]:
@@ -263,7 +255,6 @@ def test_timestamps_find_a_timeout_the_wire_hides(tmp_path: Path) -> None:
     assert rto_events(p).timeouts == 0  # the wire alone: 0.1 s is no RTO
 
 
-@needs_tshark
 def test_every_event_is_a_retransmission_for_tshark(tmp_path: Path) -> None:
     """On random lossy traces: each event's frame is one tshark flags as a retransmission."""
     rng = np.random.default_rng(5)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +11,7 @@ from analysis import wireshark_seq as ws
 from analysis.pcapfile import read_pcap
 from analysis.tcp import _ids, analyze, goodput_timeline
 from tests.test_analysis_pcapfile import write_pcap
+from tests.tshark import tshark_fields
 
 A, B = 0x0A000002, 0x0A000001
 
@@ -110,7 +109,6 @@ def test_fast_path_equals_exact_state_machine(tmp_path: Path, zero_window: bool)
             assert np.array_equal(analyze(p, exact_fallback=False).bits, exact)
 
 
-@pytest.mark.skipif(shutil.which("tshark") is None, reason="tshark missing")
 def test_random_traces_agree_with_tshark(tmp_path: Path) -> None:
     rng = np.random.default_rng(11)
     for zw in (False, True):
@@ -122,12 +120,7 @@ def test_random_traces_agree_with_tshark(tmp_path: Path) -> None:
             ("tcp.analysis.out_of_order", ws.OUT_OF_ORDER),
             ("tcp.analysis.zero_window", ws.ZERO_WINDOW),
         ):
-            out = subprocess.run(
-                ["tshark", "-r", str(f), "-Y", field, "-T", "fields", "-e", "frame.number"],
-                capture_output=True,
-                text=True,
-                check=True,
-            ).stdout.split()
+            out = [r[0] for r in tshark_fields(f, "frame.number", display=field)]
             ours = an.packets.frame[(an.bits & bit) != 0].tolist()
             assert sorted(map(int, out)) == ours, field
 

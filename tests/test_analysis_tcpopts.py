@@ -11,7 +11,8 @@ import pytest
 
 from analysis.pcapfile import read_pcap
 from analysis.tcpopts import read_options
-from tests.test_analysis_trace import needs_tshark, tcp_options, tshark_fields
+from tests.test_analysis_trace import tcp_options
+from tests.tshark import tshark_fields
 
 
 def _frame(linktype: int, l3: bytes, vlan: int) -> bytes:
@@ -83,7 +84,6 @@ def test_options_as_written(tmp_path: Path, linktype: int, order: str) -> None:
     assert list(zip(o.tsval.tolist(), o.tsecr.tolist(), o.wscale.tolist(), strict=True)) == want
 
 
-@needs_tshark
 def test_options_equal_tshark(tmp_path: Path) -> None:
     f = tmp_path / "o.pcap"
     _write(f, 1, "<", np.random.default_rng(9), n=200)

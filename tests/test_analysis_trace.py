@@ -3,13 +3,11 @@ tests, and the checks of the builder itself against tshark."""
 
 from __future__ import annotations
 
-import shutil
 import struct
-import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import pytest
+from tests.tshark import tshark_fields
 
 A_IP, B_IP = 0x0A000002, 0x0A000001  # 10.0.0.2 (sender), 10.0.0.1 (receiver)
 MSS = 1448
@@ -89,21 +87,6 @@ class Trace:
         return path
 
 
-def tshark_fields(path: Path, *fields: str, display: str | None = None) -> list[list[str]]:
-    """tshark -T fields rows (one list per packet)."""
-    cmd = ["tshark", "-r", str(path), "-T", "fields", "-E", "separator=\t"]
-    if display:
-        cmd += ["-Y", display]
-    for f in fields:
-        cmd += ["-e", f]
-    out = subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=300).stdout
-    return [line.split("\t") for line in out.splitlines()]
-
-
-needs_tshark = pytest.mark.skipif(shutil.which("tshark") is None, reason="tshark missing")
-
-
-@needs_tshark
 def test_builder_writes_what_tshark_reads(tmp_path: Path) -> None:
     tr = Trace()
     tr.fwd(0.0, 0xFFFFFFF0, 0, SYN, opts=tcp_options(mss=1460, wscale=7, sack_ok=True))
