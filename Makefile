@@ -19,8 +19,8 @@ vm-box:          ## a Debian 12 box for vagrant-libvirt, built here, that provis
 vm-check:        ## boot the box under libvirt (KVM, else QEMU's TCG), run fabric/compare/DCTCP incast in it
 	bash scripts/vm-check.sh $(ARGS)
 
-test: lint       ## the whole suite: unit, integration (real Mininet/OVS/controller), browser
-	$(PY) -m pytest -ra $(ARGS)
+test: lint       ## the whole suite: unit, integration (real Mininet/OVS/controller), browser; not vm
+	$(PY) -m pytest -ra --durations=25 $(ARGS)
 
 test-unit:       ## tests that need no network
 	$(PY) -m pytest -ra -m "not integration and not browser" $(ARGS)

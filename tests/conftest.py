@@ -76,8 +76,21 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return
     chosen = [i for i in items if i.get_closest_marker("vm") is None]
     if len(chosen) < len(items):
-        config.hook.pytest_deselected(items=[i for i in items if i.get_closest_marker("vm")])
+        vm = [i for i in items if i.get_closest_marker("vm")]
+        config.hook.pytest_deselected(items=vm)
         items[:] = chosen
+        config.stash[_NOT_RUN] = {"vm": len(vm)}
+
+
+_NOT_RUN = pytest.StashKey[dict[str, int]]()
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    """One line naming the marked suites this run left out, so a green run says what it did not test."""
+    left = config.stash.get(_NOT_RUN, {})
+    if left:
+        said = ", ".join(f"{mark} ({n} tests: pytest -m {mark}, see README)" for mark, n in left.items())
+        terminalreporter.write_line(f"not run: {said}")
 
 
 # -- randomness that can be replayed ------------------------------------------------------------
