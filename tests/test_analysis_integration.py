@@ -229,7 +229,7 @@ def test_retransmissions_match_tshark(caps: dict[str, dict[str, object]], side: 
     assert abs(s["retransmits"] - ts) <= 0.01 * ts
     assert s["dup_acks"] == tshark_count(f, "tcp.analysis.duplicate_ack")
     assert s["out_of_order"] == tshark_count(f, "tcp.analysis.out_of_order")
-    assert s["fast_retransmits"] + s["timeout_retransmits"] == s["retransmits"]
+    assert s["wireshark_fast_retransmits"] == tshark_count(f, "tcp.analysis.fast_retransmission")
 
 
 def test_clean_capture_has_no_retransmissions(caps: dict[str, dict[str, object]]) -> None:
