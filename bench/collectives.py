@@ -38,6 +38,7 @@ from bench.sweep_worker import CollectivePlan, PsRound, SweepJob
 from runmodel.folder import RunFolder
 from runmodel.records import write_json
 from runmodel.strategy import StrategySpec
+from topologies.processes import stop_processes
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_SIZES_KIB = ",".join(str(64 * 2**k) for k in range(10))  # 64 KiB .. 32 MiB
@@ -104,16 +105,8 @@ class Procs:
 
     def terminate(self, procs: list[subprocess.Popen[bytes]]) -> None:
         """Stop servers the bench no longer needs (their exit is no failure)."""
-        for p in procs:
-            self.stopped.add(p.pid)
-            if p.poll() is None:
-                p.terminate()
-        for p in procs:
-            try:
-                p.wait(5)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+        self.stopped |= {p.pid for p in procs}
+        stop_processes(procs)
 
     def check(self, procs: list[subprocess.Popen[bytes]] | None = None) -> None:
         """Raise BenchError naming the first of `procs` (default: all) that exited non-zero."""
@@ -136,15 +129,7 @@ class Procs:
 
     def stop_all(self) -> None:
         """Terminate whatever still runs (servers, or everything after a failure)."""
-        for _, p, _ in self.running:
-            if p.poll() is None:
-                p.terminate()
-        for _, p, _ in self.running:
-            try:
-                p.wait(5)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+        stop_processes([p for _, p, _ in self.running])
 
 
 def read_records(folder: Path) -> list[dict[str, Any]]:

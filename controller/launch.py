@@ -21,6 +21,7 @@ from controller.main import port_free
 from runmodel.config import ControllerOptions
 from runmodel.fabric import Plan
 from runmodel.folder import RunFolder
+from topologies.processes import STOP_GRACE_S, stop_processes
 
 
 class ControllerError(RuntimeError):
@@ -153,15 +154,9 @@ class ControllerProcess:
             self.proc.send_signal(signal.SIGKILL)
             self.proc.wait()
 
-    def stop(self, grace: float = 5.0) -> None:
+    def stop(self, grace: float = STOP_GRACE_S) -> None:
         """SIGTERM, then SIGKILL after `grace` seconds; safe to call twice."""
         if self.proc is None:
             return
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(grace)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_processes([self.proc], grace)
         self.proc = None

@@ -44,9 +44,9 @@ from runmodel.params import ParamError
 from runmodel.records import HostCounters, Status, read_jsonl, write_json
 from topologies import hosttcp
 from topologies.fabric import kernel_config, qdisc_available
+from topologies.processes import stop_processes
 
 SERVER_START_S = 20.0  # at least; a sweep's --timeout when longer (15 Pythons starting under TCG take more)
-STOP_GRACE_S = 5.0
 
 
 class PointError(RuntimeError):
@@ -196,21 +196,8 @@ class Servers:
                 time.sleep(0.05)
 
     def stop(self) -> None:
-        _stop_all(self.procs)
+        stop_processes(self.procs)
         self.procs = []
-
-
-def _stop_all(procs: list[Any]) -> None:
-    live = [p for p in procs if p.poll() is None]
-    for p in live:
-        p.terminate()
-    deadline = time.monotonic() + STOP_GRACE_S
-    for p in live:
-        try:
-            p.wait(max(0.1, deadline - time.monotonic()))
-        except Exception:  # noqa: BLE001 - a process that ignores SIGTERM is killed
-            p.kill()
-            p.wait()
 
 
 def _tail(path: Path) -> str:
@@ -327,7 +314,7 @@ def run_point(
     finally:
         t_end = time.time()
         if proc is not None:
-            _stop_all([proc])
+            stop_processes([proc])
         _save(sess, pf, before, captures, sampler, cpu, say)
         pf.write_status(Status(state, error, t_start, t_end))
     return Status(state, error, t_start, t_end)

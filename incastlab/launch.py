@@ -8,14 +8,12 @@ hosts are containers, each process runs in its host's container (Fabric.workload
 from __future__ import annotations
 
 import subprocess
-import time
 from typing import Any
 
 from incastlab.follow import Tracked
 from runmodel.folder import StrategyFolder
 from runmodel.job import JobSpec
-
-STOP_GRACE_S = 5.0
+from topologies.processes import stop_processes
 
 
 class Launcher:
@@ -56,16 +54,7 @@ class Launcher:
 
     def stop(self) -> None:
         """Terminate whatever still runs (after a failure or an interrupt); SIGKILL after a grace."""
-        live = [popen for popen in self.popens if popen.poll() is None]
-        for popen in live:
-            popen.terminate()
-        deadline = time.monotonic() + STOP_GRACE_S
-        for popen in live:
-            try:
-                popen.wait(max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                popen.kill()
-                popen.wait()
+        stop_processes(self.popens)
 
     def steps_done(self) -> dict[int, int]:
         """Steps each worker has logged so far."""

@@ -32,8 +32,7 @@ from runmodel.folder import StrategyFolder
 from runmodel.job import JobSpec
 from runmodel.records import JsonlWriter, StepLine, StepRecord, WorkerDone, read_step_lines
 from topologies.containers import HOST_LABEL, MARKER, RUN_LABEL, docker_bin, remove_containers
-
-STOP_GRACE_S = 5.0
+from topologies.processes import stop_processes
 
 
 def job_container(host: str) -> str:
@@ -216,19 +215,7 @@ class JobLauncher:
 
     def stop(self) -> None:
         """Stop the containers still running; then none of the job's containers is left."""
-        live = [proc for proc in self.popens if proc.poll() is None]
-        for proc in live:
-            proc.terminate()
-        deadline = time.monotonic() + STOP_GRACE_S
-        for proc in live:
-            try:
-                proc.wait(max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                try:
-                    proc.wait(10)
-                except subprocess.TimeoutExpired:
-                    pass
+        stop_processes(self.popens, kill_wait=10)
         for proc in self.popens:  # those that ended by themselves: their last lines, before write_steps
             proc.copier.join(timeout=5)
         remove_containers([proc.name for proc in self.popens])
