@@ -35,6 +35,7 @@ from typing import Any
 from analysis.bounds import WIRE_PER_PAYLOAD, comm_bound_s
 from bench import sweep
 from bench.sweep_worker import CollectivePlan, PsRound, SweepJob
+from capture.counters import read_host_counters
 from runmodel.folder import RunFolder
 from runmodel.records import write_json
 from runmodel.strategy import StrategySpec
@@ -434,8 +435,6 @@ def run_probes(procs: Procs, sess: Any, hosts: list[str], folder: Path, link_mbi
 # --- kernel and switch counters ---------------------------------------------------------------
 def tcp_counters(sess: Any) -> dict[str, int]:
     """Sum over the hosts of the TCP counters that explain a slow exchange."""
-    from incastlab.record import read_host_counters
-
     keys = (
         "TcpOutSegs",
         "TcpRetransSegs",

@@ -21,10 +21,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from capture.counters import counter_deltas, read_host_counters
 from capture.cpu import CpuSampler
 from capture.pcap import CapturePoint, PcapCapture
 from capture.queue_depth import QueueSampler
-from incastlab.record import counter_deltas, read_host_counters
 from incastlab.session import Session
 from runmodel.folder import RunFolder
 from runmodel.incast import (

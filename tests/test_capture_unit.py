@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import struct
 import subprocess
 import sys
@@ -11,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from capture.counters import counter_deltas, parse_nstat, read_host_counters
 from capture.pcap import CaptureError, CapturePoint, PcapCapture, parse_tcpdump_stats
 from capture.queue_depth import (
     TCA_STATS2,
@@ -25,6 +27,7 @@ from capture.queue_depth import (
     parse_tc_class_block,
     parse_tclass_stats,
 )
+from runmodel.records import HostCounters
 
 # A stand-in for tcpdump: behaves as its first argument says, then ignores the tcpdump argv.
 FAKE_TCPDUMP = r"""
@@ -248,3 +251,53 @@ def test_sampler_rejects_missing_interface(tmp_path: Path) -> None:
     with pytest.raises(QueueSamplerError, match="iltcap-none"):
         sampler.start()
     assert sampler.stop()["samples"] == 0
+
+
+# /proc/net/snmp and /proc/net/netstat excerpts as a 6.x kernel writes them (groups in pairs of lines)
+SNMP = """Ip: Forwarding DefaultTTL InReceives
+Ip: 2 64 32552
+Tcp: RtoAlgorithm RtoMin RtoMax MaxConn ActiveOpens CurrEstab InSegs OutSegs RetransSegs
+Tcp: 1 200 120000 -1 689 12 32444 29699 46
+Udp: InDatagrams NoPorts
+Udp: 107 0
+"""
+NETSTAT = """TcpExt: SyncookiesSent DelayedACKs TCPTimeouts TCPLossProbes
+TcpExt: 0 311 5 9
+IpExt: InNoRoutes InOctets
+IpExt: 0 9913350
+"""
+
+
+def test_parse_nstat_keeps_the_tcp_groups_under_nstat_names() -> None:
+    got = parse_nstat(SNMP, NETSTAT)
+    # by hand from the excerpts above: group name + field name, Ip/Udp/IpExt left out
+    assert got == {
+        "TcpRtoAlgorithm": 1,
+        "TcpRtoMin": 200,
+        "TcpRtoMax": 120000,
+        "TcpMaxConn": -1,
+        "TcpActiveOpens": 689,
+        "TcpCurrEstab": 12,
+        "TcpInSegs": 32444,
+        "TcpOutSegs": 29699,
+        "TcpRetransSegs": 46,
+        "TcpExtSyncookiesSent": 0,
+        "TcpExtDelayedACKs": 311,
+        "TcpExtTCPTimeouts": 5,
+        "TcpExtTCPLossProbes": 9,
+    }
+
+
+def test_counter_deltas_keep_only_what_moved() -> None:
+    before = HostCounters(40, 1000, 2000, {"TcpRetransSegs": 40, "TcpExtTCPTimeouts": 2, "TcpCurrEstab": 5})
+    after = HostCounters(46, 1500, 2600, {"TcpRetransSegs": 46, "TcpExtTCPTimeouts": 2, "TcpCurrEstab": 3})
+    assert counter_deltas(before, after) == HostCounters(
+        6, 500, 600, {"TcpCurrEstab": -2, "TcpRetransSegs": 6}
+    )
+
+
+def test_host_counters_of_this_process_namespace() -> None:
+    # this process's own namespace: every TCP counter nstat shows is there; no such interface: 0 bytes
+    got = read_host_counters("iltcap-none", os.getpid())
+    assert {"TcpRetransSegs", "TcpExtTCPTimeouts", "TcpOutSegs"} <= set(got.kernel)
+    assert (got.rx_bytes, got.tx_bytes) == (0, 0)
