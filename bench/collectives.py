@@ -36,6 +36,7 @@ from analysis.bounds import WIRE_PER_PAYLOAD, comm_bound_s
 from bench import sweep
 from bench.sweep_worker import CollectivePlan, PsRound, SweepJob
 from capture.counters import read_host_counters
+from capture.queue_depth import read_root_qdiscs
 from runmodel.folder import RunFolder
 from runmodel.records import write_json
 from runmodel.strategy import StrategySpec
@@ -454,16 +455,7 @@ def tcp_counters(sess: Any) -> dict[str, int]:
 
 def queue_drops(sess: Any) -> int:
     """Drops summed over every switch port's root qdisc (the fabric's shallow buffers)."""
-    import re
-
-    total = 0
-    for name in sorted(sess.plan.port_names()):
-        out = subprocess.run(
-            ["tc", "-s", "qdisc", "show", "dev", name], capture_output=True, text=True
-        ).stdout
-        m = re.search(r"dropped (\d+)", out)  # the first qdisc listed is the port's root
-        total += int(m.group(1)) if m else 0
-    return total
+    return sum(s.drops for s in read_root_qdiscs(sess.plan.port_names()).values())
 
 
 def delta(after: dict[str, int], before: dict[str, int]) -> dict[str, int]:

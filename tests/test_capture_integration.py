@@ -26,7 +26,7 @@ import pytest
 
 from analysis.pcapfile import read_pcap, str_to_ip
 from capture.pcap import CaptureError, CapturePoint, PcapCapture
-from capture.queue_depth import QueueSampler, parse_tc_class_block
+from capture.queue_depth import QueueSampler, parse_tc_class_block, read_root_qdiscs
 
 NS = "ilt-cap-b"
 ROOT_IF, NS_IF = "iltcap0", "iltcap1"
@@ -213,6 +213,18 @@ def test_overload_queue_depth_and_pcaps_agree_with_kernel(link: Link, tmp_path: 
     assert sent == root["packets_captured"] + summary["drops_delta"]
     assert json.loads((tmp_path / "capture.json").read_text()) == doc
     assert my_tcpdumps(str(tmp_path)) == []
+
+
+def test_root_qdisc_drops_of_one_dump_are_tcs(link: Link) -> None:
+    """read_root_qdiscs (one netlink dump for all ports) against `tc -s qdisc show` of each port."""
+    blast_udp(per_flow=500, seconds=0.75)
+    got = read_root_qdiscs([ROOT_IF, "iltcap-none"])
+    out = sh("tc", "-s", "qdisc", "show", "dev", ROOT_IF)
+    root = out.split("\nqdisc ")[0]  # tc lists the root qdisc first
+    assert root.startswith("qdisc htb 1: root")
+    tc_drops = int(root.split("dropped ")[1].split(",")[0])
+    assert set(got) == {ROOT_IF}  # no such interface: left out
+    assert got[ROOT_IF].drops == tc_drops > 0
 
 
 def test_light_tcp_flow_is_captured_completely_on_both_ends(link: Link, tmp_path: Path) -> None:
