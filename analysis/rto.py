@@ -22,11 +22,10 @@ the sender:
   out recoveries that retransmit the old head right after a SACK (fast recovery, RACK's reordering
   timer), which a long time since the head's previous copy does not exclude on such a sender.
   (c) with the TCP timestamps of the capture (`tsval`, see tcpopts.py) every send is placed at the
-  time the sender's kernel stamped it rather than when it reached the wire, and a retransmission
-  that followed an incoming ACK within `burst_s` is ACK-clocked, not a timeout. Without tsval the
-  capture times are used and (c)'s ACK-clock test is left out: behind a queue in the sender's own
-  qdisc an ACK that arrived just before a packet reached the wire says nothing about what
-  triggered it.
+  time the sender's kernel stamped it rather than when it reached the wire, so a sender's own queue
+  does not stretch or shrink the gaps of (a) and (b). A head retransmission that closely follows
+  an incoming SACK is still counted: in SACK recovery the timer fires while SACKs of later segments
+  keep arriving, and excluding those (an earlier rule) lost most of a PS host's timeouts.
 - TLP: in the Open state (no loss recovery under way, no duplicate ACKs since the last ACK
   advance) the kernel probes about 2*SRTT (+2 ms, or +rto_min with one segment in flight, never
   later than the RTO) after the last send by sending new data or, if there is none, by
@@ -59,18 +58,9 @@ Known differences from the kernel's counters, by construction:
 - without SACK, or with net.ipv4.tcp_early_retrans < 3, the kernel sends no probes and a
   single-segment timeout that we call a probe is its RTO.
 - packets the capture missed (tcpdump drops) hide events.
-- a sender with a backlog in its own qdisc: its sends are placed only to TSval's 1 ms, so a timer's
-  retransmission that an incoming (duplicate) ACK preceded by less than that is taken as ACK-clocked
-  and missed (eight short ps runs: PS host 7 of 20 found, its workers within one). Not strictly a
-  lower bound there: one CI run found 2 where the PS host's kernel counted 1.
-
-Measured on the sample `make compare` run (7 workers, PS h1, 20 Mbit/s, 20-packet buffers), per
-host the timeouts of its own flows in its own capture vs TcpExtTCPTimeouts of its namespace:
-ps with tsval h1 60/64, h2 35/35, h3 1/1, h4 14/14, h5 18/18, h6 20/20, h7 0/0, h8 15/15 (without
-tsval the same except h1 62/64); ring 0/0 on every host and its one loss probe (h7) found. The
-PS host is the hard case: its packets waited up to 0.2 s in its own 1000-packet qdisc, so the
-order of its sends and the ACKs it received is uncertain by that much; the workers' are exact.
-Loss probes found are a lower bound (ps: 1 of 13 on h1, 1 of 9 on h2): most probes carried new data.
+- a sender with a backlog in its own qdisc (a PS host): its sends are placed only to TSval's
+  1 ms and the wire cannot always tell a timer's head retransmission from SACK recovery's, so its
+  count may miss or add a few (docs/DESIGN.md, the table of checks; docs/RESULTS.md).
 """
 
 from __future__ import annotations
@@ -260,7 +250,7 @@ def rto_events(
     Use the capture of the sending host (its own interface): the rules (module docstring) read
     the ACKs as the sender received them. tsval: per packet, the TCP timestamp value (from
     tcpopts.read_options(p).tsval; -1 where absent); with it the sender's own send times are
-    used and a retransmission that followed an ACK within burst_s (ACK-clocked) is no timeout;
+    used and a retransmission that followed an ACK within burst_s (ACK-clocked) is no loss probe;
     without it the capture times (exact for a sender without a backlog in its own qdisc).
     rto_min_s: the kernel's minimum RTO (200 ms on Linux); a timeout must come at least
     tolerance * rto_min_s after the ACK progress and the previous copy of the segment; burst_s:
@@ -331,7 +321,7 @@ def rto_events(
     rp_b = _shift(rp, first, _NEG)
     open_state = ((rp_b == _NEG) | (rp_b <= una_eff)) & (dups == 0)
     tlp = rtx & ~syn & single & tail & open_state & ~ack_clocked
-    rto = rtx & ~syn & ~tlp & head & single & ~ack_clocked & (waited >= thr) & (win != 0)
+    rto = rtx & ~syn & ~tlp & head & single & (waited >= thr) & (win != 0)
     syn_to = rtx & syn & (t - t_rev >= burst) & (t - t_copy >= thr)
     idle = t - np.maximum(prev_t, t_adv)
     hit = np.flatnonzero(rto | tlp | syn_to)
