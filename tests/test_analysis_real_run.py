@@ -30,12 +30,10 @@ def _ip(run, host: str) -> str:
 
 @pytest.mark.parametrize("strategy", ["ps", "ring"])
 def test_timeouts_per_host_agree_with_the_kernel(compare_run, strategy: str) -> None:
-    """Each worker host's capture, the flows it sent: timeouts vs TcpExtTCPTimeouts within 10 % (or 2
-    when the kernel counted fewer than 20); loss probes never more than TcpExtTCPLossProbes;
-    retransmitted segments exactly TcpRetransSegs, on every host. The PS host's own timeouts are
-    checked in the strategy's total only (test_compare_integration): its replies to 7 workers wait up
-    to 0.2 s in its own 1000-packet host queue, behind the capture point's view of what TCP sent, so a
-    timeout there cannot always be told from the queue draining (e.g. 1 found where the kernel counted 4)."""
+    """Each host's capture, the flows it sent, with and without TSval: timeouts against its
+    TcpExtTCPTimeouts, a worker to within one (10 % from ten on), the PS host, whose sends wait in
+    its own 1000-packet queue, to within two (25 % from eight on); loss probes never more than
+    TcpExtTCPLossProbes; retransmitted segments exactly TcpRetransSegs."""
     run, _ = compare_run
     hosts = json.loads((run / strategy / "hosts.json").read_text())
     ps_host = RunFolder(run).plan().ps_host
@@ -46,8 +44,8 @@ def test_timeouts_per_host_agree_with_the_kernel(compare_run, strategy: str) -> 
         want = int(kern.get("TcpExtTCPTimeouts", 0))
         for tsval in (read_options(p).tsval, None):
             got = rto_events(p, tsval=tsval).totals(_ip(run, h))
-            if h != ps_host:
-                assert abs(got["timeouts"] - want) <= max(2, 0.1 * want), (h, got, want)
+            slack = max(2, int(0.25 * want)) if h == ps_host else max(1, int(0.1 * want))
+            assert abs(got["timeouts"] - want) <= slack, (h, tsval is not None, got, want)
             assert got["loss_probes"] <= int(kern.get("TcpExtTCPLossProbes", 0)), h
             assert got["retransmits"] == int(kern.get("TcpRetransSegs", 0)), h
         seen += want

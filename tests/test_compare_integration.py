@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
+import collections
 import json
-import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from analysis.cli import analyze_counts
 from tests.conftest import run_cli
+from tests.tshark import tshark_count, tshark_delivered_bytes, tshark_fields
 
 pytestmark = pytest.mark.integration
 
@@ -91,46 +91,6 @@ def test_run_folder_keeps_logs_series_pcaps_and_report(compare_run):
     assert (run / "report.md").exists()
 
 
-def tshark(pcap: Path, *args: str) -> list[list[str]]:
-    """tshark's fields of a capture, one list per packet."""
-    assert shutil.which("tshark"), "tshark is installed by make deps"
-    out = subprocess.run(
-        ["tshark", "-r", str(pcap), *args], capture_output=True, text=True, timeout=300
-    ).stdout
-    return [line.split("\t") for line in out.splitlines() if line]
-
-
-def tshark_delivered_bytes(pcap: Path, dst_ip: str) -> int:
-    """Unique payload bytes toward dst_ip: the union of (seq, seq + len) ranges per connection direction."""
-    spans: dict[tuple[str, str], list[tuple[int, int]]] = {}
-    for stream, src, seq, length in tshark(
-        pcap,
-        "-Y",
-        f"ip.dst=={dst_ip} && tcp.len>0",
-        "-T",
-        "fields",
-        "-e",
-        "tcp.stream",
-        "-e",
-        "ip.src",
-        "-e",
-        "tcp.seq_raw",
-        "-e",
-        "tcp.len",
-    ):
-        spans.setdefault((stream, src), []).append((int(seq), int(length)))
-    total = 0
-    for segs in spans.values():
-        base = segs[0][0]
-        ranges = sorted((((a - base) % 2**32), ((a - base) % 2**32) + n) for a, n in segs)
-        end = -1
-        for a, b in ranges:
-            if b > end:
-                total += b - max(a, end)
-                end = b
-    return total
-
-
 def test_the_environment_is_recorded(compare_run):
     import os
     import platform
@@ -141,32 +101,52 @@ def test_the_environment_is_recorded(compare_run):
     assert env["cores"] == os.cpu_count() and env["cc"] == "cubic" and env["rto_min_ms"] == 200.0
 
 
-def test_timeouts_in_the_captures_agree_with_the_kernel(compare_run):
-    """Per host: a worker's capture finds its kernel's timeouts (within 10 %); a PS host, whose
-    sends wait up to 0.2 s in its own 1000-packet queue, cannot always tell its timer's
-    retransmissions from ACK-clocked ones within TSval's 1 ms (eight ps runs: 7 of 20 found, the
-    workers within one), and once so far in the fresh-clone CI runs found one more (2 vs 1),
-    so its capture is held to at most one above its kernel's count there (README, Limits)."""
+def _timeouts(run: Path, strategy: str) -> tuple[dict[str, int], dict[str, int]]:
+    """Per host: (the kernel's TcpExtTCPTimeouts, the timeouts found in its own capture)."""
+    hosts = json.loads((run / strategy / "hosts.json").read_text())
+    kernel = {h: int(c["kernel"].get("TcpExtTCPTimeouts", 0)) for h, c in hosts.items()}
+    pcap = dict.fromkeys(kernel, 0)
+    for ev in json.loads((run / strategy / "rto_events.json").read_text())["events"]:
+        pcap[ev["host"]] += ev["kind"] != "tlp"
+    return kernel, pcap
+
+
+def _ps_hosts(run: Path) -> set[str]:
+    return {sh["host"] for sh in json.loads((run / "ps" / "job.json").read_text())["shards"]}
+
+
+def test_timeouts_in_the_workers_captures_agree_with_the_kernel(compare_run):
+    """A floor and a ceiling per worker host: its capture finds its kernel's timeouts to within one
+    (10 % from ten on), and the workers' total to within 5 %; the summary's totals are the hosts'."""
     run, _ = compare_run
     summary = json.loads((run / "summary.json").read_text())["strategies"]
-    servers = {sh["host"] for sh in json.loads((run / "ps" / "job.json").read_text())["shards"]}
+    servers = _ps_hosts(run)
     for name, fig in summary.items():
-        kernel = {
-            h: c["kernel"].get("TcpExtTCPTimeouts", 0)
-            for h, c in json.loads((run / name / "hosts.json").read_text()).items()
-        }
-        pcap = dict.fromkeys(kernel, 0)
-        for ev in json.loads((run / name / "rto_events.json").read_text())["events"]:
-            pcap[ev["host"]] += ev["kind"] != "tlp"
-        assert sum(pcap.values()) == fig["tcp_timeouts_pcap"]
-        assert sum(kernel.values()) == fig["tcp_timeouts_kernel"]
-        for host in kernel:
-            if name == "ps" and host in servers:
-                assert pcap[host] <= kernel[host] + 1, (name, host, kernel[host], pcap[host])
-            else:
-                assert abs(kernel[host] - pcap[host]) <= max(2, 0.1 * kernel[host]), (name, kernel, pcap)
-    ps = json.loads((run / "summary.json").read_text())["strategies"]["ps"]
-    assert ps["tcp_timeouts_kernel"] > 0, "an incast into a 20-packet buffer times out"
+        kernel, pcap = _timeouts(run, name)
+        assert (
+            sum(pcap.values()) == fig["tcp_timeouts_pcap"]
+            and sum(kernel.values()) == fig["tcp_timeouts_kernel"]
+        )
+        workers = [h for h in kernel if not (name == "ps" and h in servers)]
+        for host in workers:
+            slack = max(1, int(0.1 * kernel[host]))
+            assert kernel[host] - slack <= pcap[host] <= kernel[host] + slack, (name, host, kernel, pcap)
+        k_sum, p_sum = sum(kernel[h] for h in workers), sum(pcap[h] for h in workers)
+        assert abs(k_sum - p_sum) <= max(1, 0.05 * k_sum), (name, k_sum, p_sum)
+    ps_kernel, _ = _timeouts(run, "ps")
+    assert sum(ps_kernel.values()) >= 3, "an incast into a 20-packet buffer times out"
+
+
+def test_timeouts_in_the_ps_hosts_capture_agree_with_the_kernel(compare_run):
+    """The PS host too has a floor and a ceiling: its capture finds its kernel's timeouts to within
+    two (a quarter from eight on). Its sends wait in its own 1000-packet queue and its timeouts fire
+    in SACK recovery, so the wire cannot always tell them from recovery's retransmissions (six ps
+    runs: 21 found of the kernel's 25, each run within two)."""
+    run, _ = compare_run
+    kernel, pcap = _timeouts(run, "ps")
+    for host in _ps_hosts(run):
+        slack = max(2, int(0.25 * kernel[host]))
+        assert kernel[host] - slack <= pcap[host] <= kernel[host] + slack, (host, kernel[host], pcap[host])
 
 
 def test_delivered_bytes_per_receiver_agree_with_tshark(compare_run):
@@ -184,82 +164,131 @@ def test_wireshark_fast_retransmits_are_tsharks(compare_run):
     run, _ = compare_run
     fig = json.loads((run / "summary.json").read_text())["strategies"]["ps"]
     plan = json.loads((run / "plan.json").read_text())
-    total = 0
-    for h in plan["hosts"]:
-        pcap = run / "ps" / "pcap" / f"{h['name']}.pcap"
-        total += len(
-            tshark(
-                pcap,
-                "-Y",
-                f"tcp.analysis.fast_retransmission && ip.src=={h['ip']}",
-                "-T",
-                "fields",
-                "-e",
-                "frame.number",
-            )
+    total = sum(
+        tshark_count(
+            run / "ps" / "pcap" / f"{h['name']}.pcap",
+            f"tcp.analysis.fast_retransmission && ip.src=={h['ip']}",
         )
+        for h in plan["hosts"]
+    )
     assert fig["wireshark_fast_retransmits"] == total
 
 
-def test_each_strategy_is_judged_at_its_own_hot_ports(compare_run):
-    from runmodel.records import read_queue_samples
+def _tc_drops(run: Path, strategy: str) -> dict[str, int]:
+    """Per switch port: the increase of its HTB class's drop counter over the strategy, from the raw
+    kernel samples of queue_depth.jsonl (what tc -s class show reports)."""
+    first: dict[str, int] = {}
+    last: dict[str, int] = {}
+    for line in (run / strategy / "queue_depth.jsonl").read_text().splitlines():
+        q = json.loads(line)
+        first.setdefault(q["port"], q["drops"])
+        last[q["port"]] = q["drops"]
+    return {p: last[p] - first[p] for p in last}
 
+
+def test_each_strategy_is_judged_at_its_own_hot_ports(compare_run):
+    """The PS's worst queue, found from the kernel's drop counters, is where the plan says its
+    incast lands: the PS's own port, or a spine port down into the PS's leaf (ECMP may put most of
+    the incast on one uplink). The ring never touches the PS's port."""
     run, _ = compare_run
     s = json.loads((run / "summary.json").read_text())["strategies"]
-    ps = s["ps"]
-    # the PS is judged where its own traffic goes: its port carries the most, and its worst queue is
-    # one of its hot ports (the PS port, or a spine port into the PS's leaf when ECMP put most of the
-    # incast on one 20 Mbit/s uplink: one CI run dropped 258 there against 165 at the PS port)
-    assert ps["hot_ports"][0]["port"] == ps["ps_port"]
-    assert ps["worst_queue_port"] in {p["port"] for p in ps["hot_ports"]}
-    ring = s["ring"]
-    assert ring["worst_queue_port"] != s["ps"]["ps_port"], "the ring never uses the PS port"
-    assert ring["hot_ports"] and ring["hot_ports"][0]["tx_bytes"] >= ring["hot_ports"][-1]["tx_bytes"]
-    samples = [
-        q
-        for q in read_queue_samples(run / "ring" / "queue_depth.jsonl")
-        if q.port == ring["worst_queue_port"]
+    plan = json.loads((run / "plan.json").read_text())
+    ps_host = next(h for h in plan["hosts"] if h["name"] == plan["ps_host"])
+    ps_port = f"{ps_host['leaf']}-eth{ps_host['port']}"
+    into_ps_leaf = {
+        f"{ln['b']}-eth{ln['b_port']}"
+        for ln in plan["links"]
+        if ln["a"] == ps_host["leaf"] and ln["kind"] == "uplink"
+    }
+    drops = _tc_drops(run, "ps")
+    worst = max(drops, key=lambda p: drops[p])
+    assert drops[worst] > 0 and worst in {ps_port} | into_ps_leaf, (worst, drops)
+    assert drops[s["ps"]["worst_queue_port"]] == drops[worst], "the summary names the port that dropped most"
+    assert s["ps"]["ps_port"] == ps_port and s["ps"]["hot_ports"][0]["port"] == ps_port
+    ring_drops = _tc_drops(run, "ring")
+    assert ring_drops.get(ps_port, 0) == 0, "the ring sends nothing to the PS host"
+    assert s["ring"]["worst_queue_port"] != ps_port
+    backlog = [
+        json.loads(line)["backlog_packets"]
+        for line in (run / "ring" / "queue_depth.jsonl").read_text().splitlines()
+        if json.loads(line)["port"] == s["ring"]["worst_queue_port"]
     ]
-    assert max(q.backlog_packets for q in samples) > 0, "the ring's own worst port queues up"
+    assert max(backlog) > 0, "the ring's own worst port queues up"
 
 
-def test_bounds_split_and_fidelity_hold_together(compare_run):
+def _theory_bound_s(config: dict, strategy: str) -> float:
+    """The step's communication lower bound worked out from config.json alone: S in wire bytes
+    (1448-byte payloads travel as 1514-byte frames), B the host link; PS (N + 1) S / B, ring
+    2 (N - 1) S / (N B)."""
+    n = len(config["worker_hosts"])
+    wire = config["grad_mb"] * 2**20 * 1514 / 1448
+    rate = config["fabric"]["host_mbit"] * 1e6 / 8
+    return (n + 1) * wire / rate if strategy == "ps" else 2 * (n - 1) * wire / (n * rate)
+
+
+def test_communication_time_is_at_or_above_its_bound(compare_run):
+    run, _ = compare_run
+    config = json.loads((run / "config.json").read_text())
+    for name, fig in json.loads((run / "summary.json").read_text())["strategies"].items():
+        bound = _theory_bound_s(config, name)
+        assert fig["bound_s"] == pytest.approx(bound, rel=1e-3), name
+        assert fig["comm_time_s"] >= bound, (name, fig["comm_time_s"], bound)
+        assert fig["comm_split"]["bound_s"] == pytest.approx(bound, rel=1e-3)
+
+
+def _wire_losses(run: Path, strategy: str) -> int:
+    """Data segments a sender's capture shows leaving it that the receiver's capture never shows
+    (each copy counted, so a retransmission that got through does not hide the original's loss),
+    from tshark's fields of every host capture."""
+    plan = json.loads((run / "plan.json").read_text())
+    ip = {h["name"]: h["ip"] for h in plan["hosts"]}
+    sent: collections.Counter[tuple[str, ...]] = collections.Counter()
+    got: collections.Counter[tuple[str, ...]] = collections.Counter()
+    for host, addr in ip.items():
+        pcap = run / strategy / "pcap" / f"{host}.pcap"
+        if not pcap.is_file():
+            continue
+        fields = ("ip.src", "tcp.srcport", "ip.dst", "tcp.dstport", "tcp.seq_raw", "tcp.len")
+        for row in tshark_fields(pcap, *fields, display="tcp.len > 0"):
+            key = tuple(row)
+            if row[0] == addr:
+                sent[key] += 1
+            elif row[2] == addr:
+                got[key] += 1
+    receivers = {k[2] for k in got}
+    return sum(max(0, n - got[k]) for k, n in sent.items() if k[2] in receivers)
+
+
+def test_fidelity_from_the_kernels_drop_counters_and_tshark(compare_run):
+    """The unexplained loss share from outside the product: losses on the wire (tshark, every host
+    capture) that no switch queue's kernel drop counter (tc's) accounts for; and the default compare
+    on this machine kind is trustworthy."""
     run, _ = compare_run
     summary = json.loads((run / "summary.json").read_text())
     for name, fig in summary["strategies"].items():
-        assert fig["iter_time_s"] >= fig["bound_s"] > 0, (name, "no step beats its lower bound")
-        split = fig["comm_split"]
-        assert split["bound_s"] == fig["bound_s"] and split["timeouts_s"] >= 0 and split["rest_s"] >= 0
+        lost, dropped = _wire_losses(run, name), sum(_tc_drops(run, name).values())
+        assert abs(lost - fig["fabric_drops_pcap"]) <= max(2, 0.02 * lost), (
+            name,
+            lost,
+            fig["fabric_drops_pcap"],
+        )
+        assert dropped == fig["queue_drops_total"], (name, dropped)
+        share = max(0, lost - dropped) / lost if lost else 0.0
         fid = fig["fidelity"]
-        assert fid["verdict"] in ("trustworthy", "degraded") and isinstance(fid["reasons"], list)
-        want = max(0, fig["fabric_drops_pcap"] - fig["queue_drops_total"]) / max(1, fig["fabric_drops_pcap"])
-        assert fid["unexplained_loss_share"] == pytest.approx(want, abs=1e-3)
+        assert fid["unexplained_loss_share"] == pytest.approx(share, abs=0.02), (name, lost, dropped)
         assert fid["cpu_busy_max"] is not None and 0 < fid["cpu_busy_max"] <= 1.0
-        assert fid["dequeue_gap_median_over_ideal"] is not None
-    assert summary["fidelity"]["verdict"] in ("trustworthy", "degraded")
+        assert 0.85 <= fid["dequeue_gap_median_over_ideal"] <= 1.15, (
+            name,
+            "a backlogged port ran at its rate",
+        )
+    assert summary["fidelity"]["verdict"] == "trustworthy", summary["fidelity"]["reasons"]
 
 
 def test_retransmissions_agree_with_tshark_on_the_incast_capture(compare_run):
     run, _ = compare_run
     pcap = run / "ps" / "pcap" / "h2.pcap"
     ours = analyze_counts(str(pcap))["retransmits"]
-    out = subprocess.run(
-        [
-            "tshark",
-            "-r",
-            str(pcap),
-            "-Y",
-            "tcp.analysis.retransmission",
-            "-T",
-            "fields",
-            "-e",
-            "frame.number",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    ).stdout
-    theirs = len(out.split())
+    theirs = tshark_count(pcap, "tcp.analysis.retransmission")
     assert theirs > 0, "a worker's capture of an incast must hold retransmissions"
     assert abs(ours - theirs) <= max(1, 0.01 * theirs)
 
