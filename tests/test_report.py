@@ -57,7 +57,10 @@ CHROMIUM = shutil.which("chromium")
 # real run folders the browser test and tests/test_report_figures.py also render (colon-separated; those
 # that exist): the default compare (ps, ring, 7 workers) and the cures (six variants on 12 hosts)
 RUNS_ENV = os.environ.get("INCASTLAB_REPORT_RUNS", "")
-REAL_RUNS = [Path(p) for p in RUNS_ENV.split(":") if p and (Path(p) / "config.json").is_file()]
+REAL_RUNS = [Path(p) for p in RUNS_ENV.split(":") if p]
+_NOT_RUNS = [str(p) for p in REAL_RUNS if not (p / "config.json").is_file()]
+if _NOT_RUNS:  # a run named and not found must not vanish from the parameters unseen
+    raise pytest.UsageError(f"INCASTLAB_REPORT_RUNS: not a run folder: {', '.join(_NOT_RUNS)}")
 
 
 def jsonl(path: Path) -> list[dict[str, Any]]:
