@@ -10,7 +10,7 @@ from report.doc import Callout, Document, Section
 from report.html import render_html
 from report.markdown import render_markdown
 from report.run import RunView
-from report.sections import CALLOUTS, SECTIONS, facts
+from report.sections import RUN
 
 
 def build_document(
@@ -18,19 +18,9 @@ def build_document(
     sections: list[Callable[[RunView], Section | None]] | None = None,
     callouts: list[Callable[[RunView], Callout | None]] | None = None,
 ) -> Document:
-    """The page of a run: every callout and section function that has something to say."""
-    doc = Document(
-        title=f"incastlab report: {run.folder.path.name}",
-        status="complete" if run.summary.complete else "incomplete",
-        facts=facts(run),
-    )
-    for make in CALLOUTS if callouts is None else callouts:
-        if (c := make(run)) is not None:
-            doc.callouts.append(c)
-    for make_section in SECTIONS if sections is None else sections:
-        if (s := make_section(run)) is not None:
-            doc.sections.append(s)
-    return doc
+    """The page of a run: every callout and section function of the run page (report/sections) that
+    has something to say; `sections` and `callouts` replace its lists."""
+    return RUN.document(run, sections, callouts)
 
 
 def write_document(doc: Document, run: RunView) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from report import figures as F
 from report import series as S
 from report.doc import Bullets, Callout, Column, Figure, Group, Paragraph, Row, Section, Table
 from report.run import STRAGGLER_STRATEGIES, RunView, StrategyView, parse_spec
+from report.sections.page import Page
 from runmodel.strategy import COLLECTIVES
 from runmodel.summary import StrategySummary
 
@@ -1790,3 +1791,13 @@ def facts(run: RunView) -> list[str]:
     else:
         out.append(f"TCP {cfg.cc}")
     return out
+
+
+RUN: Page[RunView] = Page(
+    title=lambda run: f"incastlab report: {run.folder.path.name}",
+    status=lambda run: "complete" if run.summary.complete else "incomplete",
+    facts=facts,
+    callouts=CALLOUTS,
+    sections=SECTIONS,
+)
+PAGES: dict[str, Page] = {"run": RUN}  # every kind of report page, by the kind of run it reports
