@@ -14,7 +14,7 @@ import platform
 import signal
 import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType
@@ -36,7 +36,7 @@ from topologies.containers import (
     cpus_for_share,
 )
 from topologies.fabric import Fabric, ensure_ovs
-from topologies.hosttcp import DEFAULT_RTO_MIN_MS
+from topologies.hosttcp import DEFAULT_RTO_MIN_MS, HostTcp
 from topologies.image import WORKER_IMAGE
 
 
@@ -127,11 +127,39 @@ class Session:
         """The wiring plan."""
         return self.fabric.plan
 
-    def set_tcp(self, cc: str, rto_min_ms: float | None = None, hosts: list[str] | None = None) -> None:
-        """Congestion control (and minimum RTO) in every host's namespace, or in `hosts`."""
-        for name in hosts or self.plan.host_names:
+    def set_tcp(
+        self,
+        cc: str,
+        rto_min_ms: float | None = None,
+        hosts: list[str] | None = None,
+        quickack: Collection[str] = (),
+        check: list[str] | None = None,
+    ) -> dict[str, HostTcp]:
+        """Congestion control, minimum RTO (None: left as it is) and, in the `quickack` hosts, delayed
+        ACKs off, in every host's namespace or in `hosts`; each other host's route has delayed ACKs on.
+
+        Then read back from the `check` hosts (default: every host set): HostTcpError if a kernel
+        reports other than was asked. Returns what the kernels reported, host -> HostTcp.
+        """
+        names = hosts or self.plan.host_names
+        for name in names:
             host = self.plan.host(name)
-            hosttcp.apply(self.fabric.host(name).shell.pid, host.nic, host.ip, cc, rto_min_ms)
+            pid = self.fabric.host(name).shell.pid
+            hosttcp.apply(pid, host.nic, host.ip, cc, rto_min_ms, quickack=name in quickack)
+        asked_us = None if rto_min_ms is None else round(rto_min_ms * 1000)  # the sysctl is in µs
+        read = {h: hosttcp.read(self.fabric.host(h).shell.pid) for h in (names if check is None else check)}
+        for h, got in read.items():
+            got_us = None if got.rto_min_ms is None else round(got.rto_min_ms * 1000)
+            if (
+                got.cc != cc
+                or (asked_us is not None and got_us != asked_us)
+                or got.quickack != (h in quickack)
+            ):
+                raise hosttcp.HostTcpError(
+                    f"{h}: the kernel reports {dataclasses.asdict(got)}, asked cc {cc}, "
+                    f"rto_min_ms {rto_min_ms}, quickack {h in quickack}"
+                )
+        return read
 
     def host_tcp(self) -> dict[str, Any]:
         """Every host's congestion control and minimum RTO as its kernel reports them now."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import time
@@ -12,6 +13,7 @@ from runmodel.config import ControllerOptions
 from runmodel.fabric import FabricSpec, build_plan
 from tests.conftest import guarded_host
 from tests.waiting import tcp_listening, wait_for, wait_for_polls
+from topologies import hosttcp
 
 pytestmark = pytest.mark.integration
 
@@ -100,3 +102,47 @@ def test_topology_api_matches_the_fabric(session):
     assert len(doc["hosts"]) == 8 and len(doc["links"]) == 16
     series = session.controller.get(f"/api/timeseries?since={time.time() - 5}")["samples"]
     assert {s["kind"] for s in series} == {"port", "queue"}
+
+
+def _route_metrics(pid: int) -> dict:
+    """The fabric route's metrics in pid's namespace, from `ip -j route` (congestion, quickack)."""
+    out = subprocess.run(
+        ["nsenter", f"--net=/proc/{pid}/ns/net", "ip", "-j", "route", "show", "10.0.0.0/8"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    (route,) = json.loads(out)
+    return {k: v for m in route.get("metrics", []) for k, v in m.items()}
+
+
+def _rto_min_us(pid: int) -> int:
+    return int(
+        subprocess.run(
+            ["nsenter", f"--net=/proc/{pid}/ns/net", "sysctl", "-n", "net.ipv4.tcp_rto_min_us"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+    )
+
+
+def test_set_tcp_is_what_each_hosts_kernel_reports(session):
+    """Session.set_tcp (cc, minimum RTO, quickack in one host) against `ip -j route` and the sysctl
+    in every host's namespace. Runs last: it leaves the hosts on reno."""
+    plan = session.plan
+    quick = plan.host_names[0]
+    rto = 5.0 if hosttcp.rto_min_settable() else None
+    got = session.set_tcp("reno", rto, quickack=[quick])
+    assert set(got) == set(plan.host_names)
+    for name in plan.host_names:
+        pid = session.fabric.host(name).shell.pid
+        metrics = _route_metrics(pid)
+        assert metrics.get("congestion") == got[name].cc == "reno", (name, metrics)
+        assert bool(metrics.get("quickack")) == got[name].quickack == (name == quick), (name, metrics)
+        if rto is not None:
+            assert _rto_min_us(pid) == 5000 and got[name].rto_min_ms == 5.0
+    # a host set again without quickack loses it; only the checked host is read back
+    again = session.set_tcp("reno", None, hosts=[quick], check=[quick])
+    assert set(again) == {quick} and not again[quick].quickack
+    assert "quickack" not in _route_metrics(session.fabric.host(quick).shell.pid)
