@@ -13,305 +13,48 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Callable
-from dataclasses import fields
 from typing import Any
 
 from analysis.fidelity import GAP_RATIO_RANGE, MAX_SATURATED_SHARE, MAX_UNEXPLAINED_LOSS, SATURATED
 from report import figures as F
 from report import series as S
-from report.doc import Bullets, Callout, Column, Figure, Group, Paragraph, Row, Section, Table
+from report.doc import Bullets, Callout, Column, Group, Paragraph, Row, Section, Table
 from report.run import STRAGGLER_STRATEGIES, RunView, StrategyView, parse_spec
+from report.sections.common import (
+    all_gaps,
+    all_marks,
+    colors,
+    figure,
+    goodputs,
+    loss_series,
+    marks_data,
+    retransmits,
+    time_range,
+)
 from report.sections.page import Page
+from report.sections.tables import (
+    BOUND_COLUMNS,
+    DASH,
+    DOCS,
+    PS_COLUMNS,
+    busiest_util_text,
+    busiest_utilised,
+    comparison,
+    fmt,
+    is_num,
+    ratio_text,
+    summary_table,
+)
 from runmodel.strategy import COLLECTIVES
 from runmodel.summary import StrategySummary
 
-DASH = "–"
 MIN_LINK_SHARE = 0.005  # the link heatmap leaves out link directions below this share for every strategy
-DOCS = {f.name: f.metadata.get("doc", "") for f in fields(StrategySummary)}
-PCAP_FIELDS = {f.name for f in fields(StrategySummary) if f.metadata.get("source") == "pcaps"}
 
 
 # -- formatting --------------------------------------------------------------------------------------
-def _num(v: Any) -> bool:
-    return isinstance(v, int | float) and not isinstance(v, bool)
-
-
-def fmt(v: Any, kind: str) -> str:
-    """A summary value as table text ("–" when there is none)."""
-    if v is None or (kind != "text" and not _num(v)):
-        return DASH
-    if kind == "int":
-        return f"{int(v):d}"
-    if kind == "s":
-        return f"{v:.3f}"
-    if kind == "loss":
-        return f"{v:.4f}"
-    if kind == "pct":
-        return f"{v * 100:.1f} %"
-    if kind == "f1":
-        return f"{v:.1f}"
-    if kind == "f2":
-        return f"{v:.2f}"
-    return str(v)
-
-
-class Col:
-    """A column of a summary table: its header, the summary field it shows (the first of `keys` that
-    StrategySummary has: fields get renamed), how it is formatted."""
-
-    def __init__(
-        self,
-        header: str,
-        keys: str | tuple[str, ...],
-        kind: str = "int",
-        text: Callable[[StrategySummary], str] | None = None,
-        doc: str = "",
-    ) -> None:
-        names = (keys,) if isinstance(keys, str) else keys
-        self.key = next((k for k in names if k in DOCS), "")
-        self.header, self.kind, self._text = header, kind, text
-        self.doc = doc or DOCS.get(self.key, "")
-
-    def cell(self, fig: StrategySummary) -> str:
-        return self._text(fig) if self._text else fmt(getattr(fig, self.key, None), self.kind)
-
-    def column(self) -> Column:
-        return Column(self.header, self.doc, numeric=self.kind != "text")
-
-
-def known(cols: list[Col]) -> list[Col]:
-    """The columns whose field the summary has."""
-    return [c for c in cols if c.key]
-
-
-def _ratio(a: float | None, b: float | None) -> str:
-    return f"{a / b:.2f}" if _num(a) and _num(b) and b else DASH
-
-
-def _max_port(f: StrategySummary) -> str:
-    if f.max_port_drops is None:
-        return DASH
-    return f"{f.max_port_drops} ({f.max_drop_port})" if f.max_drop_port else f"{f.max_port_drops}"
-
-
-def _busiest(f: StrategySummary) -> str:
-    if f.max_link_share is None:
-        return DASH
-    return f"{f.max_link_share * 100:.1f} % ({f.busiest_link or DASH})"
-
-
-def busiest_utilised(f: StrategySummary) -> str | None:
-    """The link direction with busiest_link_utilisation (the highest of link_utilisation)."""
-    lu = f.link_utilisation
-    return max(lu, key=lambda k: lu[k]) if lu else None
-
-
-def _busiest_util(f: StrategySummary) -> str:
-    if f.busiest_link_utilisation is None:
-        return DASH
-    link = busiest_utilised(f)
-    return f"{f.busiest_link_utilisation * 100:.1f} %" + (f" ({link})" if link else "")
-
-
-TIMING_COLUMNS = [
-    Col("state", "state", "text"),
-    Col("steps", "steps"),
-    Col("iteration (s)", "iter_time_s", "s"),
-    Col("comm (s)", "comm_time_s", "s"),
-    Col("wait (s)", "wait_time_s", "s"),
-    Col("compute (s)", "compute_time_s", "s"),
-    Col("wall time (s)", "wall_time_s", "s"),
-    Col("throughput (samples/s)", "throughput_samples_per_s", "f1"),
-    Col("compute share", "worker_compute_share", "pct"),
-    Col("first loss", "first_loss", "loss"),
-    Col("final loss", "final_loss", "loss"),
-]
-QUEUE_COLUMNS = [
-    Col("queue drops, all ports", "queue_drops_total"),
-    Col("PS-port drops", "ps_port_drops"),
-    Col(
-        "most drops at one port",
-        "max_port_drops",
-        text=_max_port,
-        doc=DOCS["max_port_drops"] + "; in brackets: " + DOCS["max_drop_port"],
-    ),
-    Col("lost in the fabric (pcap)", "fabric_drops_pcap"),
-    Col("lost before the PS port (pcap)", "drops_on_path_to_ps_pcap"),
-    Col(
-        "busiest link utilisation",
-        "busiest_link_utilisation",
-        text=_busiest_util,
-        doc=DOCS.get("busiest_link_utilisation", "") + "; in brackets: that link direction (the highest of "
-        "link_utilisation: " + DOCS.get("link_utilisation", "") + ")",
-    ),
-    Col(
-        "busiest link, share of all link bytes",
-        "max_link_share",
-        text=_busiest,
-        doc=DOCS["max_link_share"] + "; in brackets: " + DOCS["busiest_link"],
-    ),
-    Col("links under 5 % of the busiest", "links_under_5pct_of_busiest"),
-    Col("ECMP imbalance", "ecmp_imbalance", "f2"),
-]
-TCP_COLUMNS = [
-    Col("retransmissions (kernel)", "tcp_retransmits_kernel"),
-    Col("retransmissions (pcap)", "tcp_retransmits_pcap"),
-    Col("timeouts (kernel)", "tcp_timeouts_kernel"),
-    Col("timeouts (pcap)", "tcp_timeouts_pcap"),
-    Col("tail-loss probes (kernel)", "tcp_loss_probes_kernel"),
-    Col("fast retransmits (kernel)", "tcp_fast_retrans_kernel"),
-    Col("fast retransmissions (tshark)", "wireshark_fast_retransmits"),
-    Col("dup-ACK retransmissions (our rule)", ("dupack_retransmits_pcap", "tcp_fast_retransmits")),
-    Col("timeout stall (s)", "timeout_stall_s", "s"),
-    Col("timeout idle (s)", "timeout_idle_s", "s"),
-    Col("dup ACKs", "dup_acks"),
-    Col("out of order", "out_of_order"),
-]
-BOUND_COLUMNS = [
-    Col("iteration (s)", "iter_time_s", "s"),
-    Col("comm (s)", "comm_time_s", "s"),
-    Col("bound (s)", "bound_s", "s"),
-    Col("push-then-pull (s)", "push_then_pull_s", "s"),
-    Col(
-        "iteration / bound",
-        "bound_s",
-        "f2",
-        text=lambda f: _ratio(f.iter_time_s, f.bound_s),
-        doc="iter_time_s / bound_s: how many times its communication bound a step took",
-    ),
-    Col(
-        "comm: bound part (s)",
-        "comm_split",
-        text=lambda f: fmt(f.comm_split.get("bound_s"), "s"),
-        doc="comm_split bound_s: " + DOCS.get("comm_split", ""),
-    ),
-    Col(
-        "comm: timeouts (s)",
-        "comm_split",
-        text=lambda f: fmt(f.comm_split.get("timeouts_s"), "s"),
-        doc="comm_split timeouts_s: timeout_idle_s / steps",
-    ),
-    Col(
-        "comm: rest (s)",
-        "comm_split",
-        text=lambda f: fmt(f.comm_split.get("rest_s"), "s"),
-        doc="comm_split rest_s: comm_time_s - bound - timeouts (never below 0)",
-    ),
-]
-PS_COLUMNS = [
-    Col("updates applied", "updates_applied"),
-    Col("updates discarded", "updates_discarded"),
-    Col("max staleness", "staleness_max"),
-    Col("mean staleness", "staleness_mean", "f2"),
-    Col("SSP max step gap", "ssp_max_gap"),
-]
-
-
-def summary_table(
-    run: RunView,
-    heading: str,
-    cols: list[Col],
-    names: list[str] | None = None,
-    by_design: dict[str, str] | None = None,
-) -> Table:
-    """One row per strategy, the summary's figures in the given columns; notes say what a "–" means
-    (`by_design`: field -> the note of a column whose "–" means the field does not apply)."""
-    names = names if names is not None else list(run.strategies)
-    cols = known(cols)
-    rows, values = [], {}
-    for name in names:
-        fig = run.strategies[name].summary
-        rows.append(Row(name, [c.cell(fig) for c in cols], bad=fig.state != "complete"))
-        values[name] = {c.key: getattr(fig, c.key, None) for c in cols}
-    notes = dash_notes(run, [c for c in cols if c.key not in (by_design or {})], names)
-    notes += list((by_design or {}).values())
-    return Table(heading, "strategy", [c.column() for c in cols], rows, notes=notes, values=values)
-
-
-def dash_notes(run: RunView, cols: list[Col], names: list[str]) -> list[str]:
-    """Why cells are "–", per reason."""
-    pcap_cols = [c.header for c in cols if c.key in PCAP_FIELDS]
-    missing = [n for n in names if not run.strategies[n].present]
-    out = []
-    if missing:
-        out.append(f"{DASH} for {', '.join(missing)}: the strategy did not run (no folder).")
-    if pcap_cols and not run.host_captures:
-        out.append(
-            f"{DASH} in {', '.join(pcap_cols)}: these count what the hosts' own captures saw, and "
-            f"this run captured capture={run.config.capture} (no host captures)."
-        )
-    for n in names:
-        err = run.strategies[n].summary.pcap_error
-        if pcap_cols and err:
-            out.append(f"{DASH} in the pcap columns of {n}: the captures could not be read ({err}).")
-    shown = [n for n in names if n not in missing]
-    empty: dict[str, list[str]] = {}
-    for c in cols:
-        if c.key in PCAP_FIELDS and (
-            not run.host_captures or any(run.strategies[n].summary.pcap_error for n in shown)
-        ):
-            continue
-        who = [n for n in shown if c.cell(run.strategies[n].summary) == DASH]
-        if who:
-            empty.setdefault(", ".join(who), []).append(c.header)
-    for who, heads in empty.items():
-        out.append(
-            f"{DASH} in {', '.join(heads)} ({who}): summary.json holds no value (a field of a newer "
-            "summary, or nothing was recorded to compute it from)."
-        )
-    return out
 
 
 # -- shared series ----------------------------------------------------------------------------------
-def colors(run: RunView) -> dict[str, str]:
-    return F.colors(list(run.strategies))
-
-
-def all_marks(run: RunView) -> dict[str, list[S.Mark]]:
-    """Fault and event marks per strategy with a timeline."""
-    return run.memo("marks", lambda: {s.name: S.marks(s) for s in run.timed})
-
-
-def all_gaps(run: RunView) -> dict[str, list[dict[str, float]]]:
-    """Holes in the controller's statistics per strategy."""
-    iv = run.config.controller.interval
-    return run.memo("gaps", lambda: {s.name: S.stats_gaps(s, iv) for s in run.timed})
-
-
-def retransmits(run: RunView) -> dict[str, dict[str, Any]]:
-    """Retransmissions per bin of the strategies with host captures (retransmits_timeline.json)."""
-
-    def make() -> dict[str, dict[str, Any]]:
-        return {s.name: r for s in run.timed if (r := S.retransmit_series(s)) is not None}
-
-    return run.memo("retransmits", make)
-
-
-def goodputs(run: RunView) -> dict[str, dict[str, Any]]:
-    """Delivered goodput per receiver of the strategies with host captures (goodput_timeline.json)."""
-
-    def make() -> dict[str, dict[str, Any]]:
-        return {s.name: g for s in run.timed if (g := S.goodput_series(s)) is not None}
-
-    return run.memo("goodput", make)
-
-
-def time_range(run: RunView) -> tuple[float, float]:
-    """The one x range of every timeline: 0 (first training step) to the longest strategy's last step,
-    widened to show every fault and event mark."""
-    hi = max((s.training_end or 0.0 for s in run.timed), default=1.0)
-    ts = [m.t for ms in all_marks(run).values() for m in ms]
-    lo, hi = min([0.0, *ts]), max([hi, *ts])
-    pad = 0.02 * (hi - lo or 1.0)
-    return lo - pad, hi + pad
-
-
-def figure(key: str, fig: Any, title: str, caption: str, data: dict[str, Any]) -> Figure:
-    return Figure(key, F.to_png(fig), title, caption, data)
-
-
-def _marks_data(ms: dict[str, list[S.Mark]]) -> dict[str, list[dict[str, Any]]]:
-    return {n: [m.to_dict() for m in v] for n, v in ms.items()}
 
 
 # -- callouts ------------------------------------------------------------------------------------------
@@ -401,24 +144,24 @@ def fidelity_problems(fid: dict[str, Any]) -> list[str]:
     loss, gap, sat = (
         fid.get(k) for k in ("unexplained_loss_share", "dequeue_gap_median_over_ideal", "cpu_saturated_share")
     )
-    if _num(loss) and loss > MAX_UNEXPLAINED_LOSS:
+    if is_num(loss) and loss > MAX_UNEXPLAINED_LOSS:
         out.append("loss")
-    if _num(gap) and not GAP_RATIO_RANGE[0] <= gap <= GAP_RATIO_RANGE[1]:
+    if is_num(gap) and not GAP_RATIO_RANGE[0] <= gap <= GAP_RATIO_RANGE[1]:
         out.append("pace")
-    if _num(sat) and sat > MAX_SATURATED_SHARE:
+    if is_num(sat) and sat > MAX_SATURATED_SHARE:
         out.append("cpu")
     return out
 
 
 def _fid_numbers(fid: dict[str, Any]) -> str:
     bits = []
-    if _num(fid.get("unexplained_loss_share")):
+    if is_num(fid.get("unexplained_loss_share")):
         bits.append(f"unexplained loss {fid['unexplained_loss_share'] * 100:.0f} %")
-    if _num(fid.get("dequeue_gap_median_over_ideal")):
+    if is_num(fid.get("dequeue_gap_median_over_ideal")):
         bits.append(
             f"departure gap / ideal {fid['dequeue_gap_median_over_ideal']:.3f} at {fid.get('dequeue_port')}"
         )
-    if _num(fid.get("cpu_saturated_share")):
+    if is_num(fid.get("cpu_saturated_share")):
         bits.append(f"all cores saturated {fid['cpu_saturated_share'] * 100:.0f} % of the seconds")
     return ", ".join(bits)
 
@@ -476,7 +219,7 @@ def fidelity_verdict(run: RunView) -> Callout | None:
 
 
 def _fid_value(key: str, v: Any) -> str:
-    if not _num(v):
+    if not is_num(v):
         return DASH
     return f"{v:.3f}" if key == "pace" else f"{v * 100:.0f} %"
 
@@ -587,10 +330,6 @@ def _fault_sentences(run: RunView) -> list[str]:
     return out
 
 
-def loss_series(run: RunView) -> dict[str, dict[str, list[Any]]]:
-    return run.memo("loss", lambda: {s.name: S.loss_series(s.steps, s.t0 or 0.0) for s in run.timed})
-
-
 def _target_sentence(run: RunView) -> str:
     target = float(run.config.target_loss or 0.0)
     tt = {n: S.time_to_target(d, target) for n, d in loss_series(run).items()}
@@ -599,57 +338,6 @@ def _target_sentence(run: RunView) -> str:
 
 
 # -- sections ------------------------------------------------------------------------------------------------
-def comparison(run: RunView) -> Section:
-    """The summary's figures side by side, in headed tables."""
-    src = "recomputed from the run folder" if run.rebuilt else "as written after the run"
-    queues = summary_table(run, "Switch queues and links", QUEUE_COLUMNS)
-    elsewhere = [s.name for s in run.ps_family if run.ps_port not in run.shard_ports(s.name)]
-    if elsewhere:
-        queues.notes.append(
-            f"{', '.join(elsewhere)}: no parameter server on {run.config.fabric.ps_host}, so "
-            f"PS-port drops are {run.ps_port}'s, a port its parameter servers do not use "
-            "(their hottest port: table Cures, Hot ports)."
-        )
-    return Section(
-        "Comparison",
-        [
-            summary_table(run, "Timing and loss", TIMING_COLUMNS),
-            queues,
-            Paragraph(link_sentence(run)) if link_sentence(run) else None,
-            summary_table(run, "TCP", TCP_COLUMNS),
-            Paragraph(
-                "Timeouts are counted twice, independently: by the kernel (TcpExtTCPTimeouts, every host) "
-                "and in the senders' captures (a retransmission after at least 0.75 x the minimum RTO "
-                "without ACK progress). Timeout stall: seconds in which at least one flow waited for its "
-                "timer; timeout idle: those of them in which the bottleneck host's link carried nothing, "
-                "the time the timeouts cost.",
-                note=True,
-            ),
-            Paragraph(
-                f'Every value is a field of summary.json ({src}); "What the columns mean" gives each '
-                "field's definition.",
-                note=True,
-            ),
-        ],
-    )
-
-
-def link_sentence(run: RunView) -> str:
-    """What busiest_link_utilisation, links_under_5pct_of_busiest and ecmp_imbalance mean."""
-    if not any(
-        s.summary.links_under_5pct_of_busiest is not None or s.summary.ecmp_imbalance is not None
-        for s in run.present
-    ):
-        return ""
-    return (
-        "Busiest link utilisation, the headline: the busiest link direction's bytes x 8 over its "
-        "configured rate x the training time, how close the strategy came to a link's capacity (its "
-        "share of all link bytes, next to it, only says how concentrated the traffic was). Links under 5 "
-        "% of the busiest: the link directions that carried less than 5 % of the busiest one's bytes, "
-        "idle while it was loaded. ECMP imbalance: over the leaves whose uplinks carried traffic, the "
-        "largest (max - min) / max of one leaf's uplink bytes; 0 when ECMP spread every leaf's traffic "
-        "evenly over the spines, 1 when a spine got none of a leaf's traffic."
-    )
 
 
 def iteration_time(run: RunView) -> Section | None:
@@ -814,7 +502,7 @@ def _tcp_text(f: StrategySummary) -> str:
     if not t:
         return DASH
     rto = t.get("rto_min_ms")
-    return f"{t.get('cc', '?')}, RTO min " + (f"{rto:g} ms" if _num(rto) else "?")
+    return f"{t.get('cc', '?')}, RTO min " + (f"{rto:g} ms" if is_num(rto) else "?")
 
 
 def cures(run: RunView) -> Section | None:
@@ -856,11 +544,11 @@ def cures(run: RunView) -> Section | None:
                     _tcp_text(f),
                     fmt(f.iter_time_s, "s"),
                     fmt(f.bound_s, "s"),
-                    _ratio(f.iter_time_s, f.bound_s),
+                    ratio_text(f.iter_time_s, f.bound_s),
                     f"{drops} ({port})" if port is not None else DASH,
                     fmt(f.tcp_timeouts_kernel, "int"),
                     fmt(to, "s"),
-                    _busiest_util(f),
+                    busiest_util_text(f),
                     str(f.fidelity.get("verdict") or DASH),
                 ],
                 bad=f.state != "complete",
@@ -967,8 +655,8 @@ def cure_sentences(run: RunView, variants: list[StrategyView]) -> list[str]:
                     else f"bound {b.bound_s:.3f} s -> {f.bound_s:.3f} s"
                 )
                 step += (
-                    f" ({bound}; iteration / bound {_ratio(b.iter_time_s, b.bound_s)} -> "
-                    f"{_ratio(f.iter_time_s, f.bound_s)})"
+                    f" ({bound}; iteration / bound {ratio_text(b.iter_time_s, b.bound_s)} -> "
+                    f"{ratio_text(f.iter_time_s, f.bound_s)})"
                 )
             bits.append(step)
             text = cure_of(s, base) + " " + " and ".join(bits) + "."
@@ -1070,7 +758,7 @@ def ps_queue(run: RunView) -> Section | None:
         "buffer_pkts": buf,
         "panels": [{k: p[k] for k in ("strategy", "port", "role", "drops", "data")} for p in shown],
         "strategies": {p["strategy"]: p["data"] for p in shown if p["port"] == run.ps_port},
-        "marks": _marks_data({n: marks.get(n, []) for n in {p["strategy"] for p in shown}}),
+        "marks": marks_data({n: marks.get(n, []) for n in {p["strategy"] for p in shown}}),
         "xlim": time_range(run),
     }
     missing = [f"{p['strategy']} ({p['port']})" for p in panels if not p["data"]["samples"]]
@@ -1127,7 +815,7 @@ def hot_port_tables(run: RunView) -> Group | None:
                     label,
                     [
                         str(h.get("kind", DASH)),
-                        fmt(h["tx_bytes"] / 1e6 if _num(h.get("tx_bytes")) else None, "f2"),
+                        fmt(h["tx_bytes"] / 1e6 if is_num(h.get("tx_bytes")) else None, "f2"),
                         fmt(h.get("drops"), "int"),
                         fmt(h.get("utilisation"), "pct"),
                         fmt(h.get("max_backlog_packets"), "int"),
@@ -1168,7 +856,7 @@ def drops_over_time(run: RunView) -> Section | None:
             for n, d in pc.items()
         },
         "rto_events": rto,
-        "marks": _marks_data(marks),
+        "marks": marks_data(marks),
         "gaps": gaps,
         "xlim": time_range(run),
     }
@@ -1215,7 +903,7 @@ def goodput(run: RunView) -> Section | None:
             for n, d in pc.items()
         },
         "host_mbit": rate,
-        "marks": _marks_data(marks),
+        "marks": marks_data(marks),
         "xlim": xlim,
     }
     sec = Section(
@@ -1451,7 +1139,7 @@ def fidelity_table(run: RunView) -> Table | None:
             v = fid.get(key)
             cells.append(
                 f"{v:.3f}"
-                if kind == "f3" and _num(v)
+                if kind == "f3" and is_num(v)
                 else (DASH if v is None else str(v))
                 if kind == "text"
                 else fmt(v, kind)
@@ -1785,7 +1473,7 @@ def facts(run: RunView) -> list[str]:
             f"{env.get('cores', '?')} cores",
             f"virtualisation {env.get('virtualisation', '?')}",
             f"TCP {env.get('cc', cfg.cc)}, minimum RTO "
-            + (f"{rto:g} ms" if _num(rto) else "?")
+            + (f"{rto:g} ms" if is_num(rto) else "?")
             + " (unless a variant sets its own)",
         ]
     else:
