@@ -10,7 +10,7 @@ on the wire. Receives are posted a window ahead, so gloo's rendezvous (a send wa
 "receive ready") never costs a round trip on the critical path. Without this, every one of the
 2(N-1) steps ended with the link idle: the last segment's latency, the wake-up of the process, the
 next send's start, and a tail loss that only a timer could repair (measured by `make bench`; see
-README "Measured on this machine").
+docs/RESULTS.md, "make bench").
 """
 
 from __future__ import annotations
