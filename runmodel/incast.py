@@ -53,15 +53,12 @@ def parse_senders(text: str) -> tuple[int, ...]:
     for part in split_commas(str(text)):
         lo, sep, hi = part.partition("-")
         try:
-            if sep:
-                a, b = int(lo), int(hi)
-                if b < a:
-                    raise ParamError(f"senders: range {part!r} runs backwards")
-                out.update(range(a, b + 1))
-            else:
-                out.add(int(part))
+            a, b = (int(lo), int(hi)) if sep else (int(part), int(part))
         except ValueError as exc:
             raise ParamError(f"senders: not a whole number: {part!r} (e.g. 1,2,4,8,15 or 1-15)") from exc
+        if b < a:  # outside the try: ParamError is a ValueError, and this message must not be replaced
+            raise ParamError(f"senders: range {part!r} runs backwards")
+        out.update(range(a, b + 1))
     if not out:
         raise ParamError("senders: name at least one sender count")
     return tuple(sorted(out))
