@@ -29,6 +29,8 @@ from runmodel.config import ControllerOptions
 from runmodel.fabric import FabricSpec, build_plan
 from tests.waiting import wait_for
 
+pytestmark = pytest.mark.processes
+
 RESERVED_PORTS = {6653, 8080}  # the Mininet experiments on this machine use these
 VALID_GETS = [
     "/api/topology",

@@ -21,6 +21,8 @@ from tests.waiting import wait_for
 from workloads.model import ModelSpec, init_weights, loss_and_grad, make_batch, shard_bounds
 from workloads.psproto import HEADER, Header, Kind, recv_f32, recv_header, send_msg
 
+pytestmark = pytest.mark.processes
+
 REPO = Path(__file__).resolve().parents[1]
 WORLD = 3
 GRAD_MB = 0.05

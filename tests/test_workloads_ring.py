@@ -10,6 +10,8 @@ from datetime import timedelta
 import pytest
 import torch
 
+pytestmark = pytest.mark.processes
+
 
 def _free_port() -> int:
     with socket.socket() as s:
