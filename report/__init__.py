@@ -8,7 +8,8 @@ read once, by the summary. At the top of the page: the fidelity verdict.
     series.py    the data of the figures (per step, per poll, per bin), nothing the summary holds
     figures.py   matplotlib figures on the Agg canvas
     doc.py       the document model: Document, Section, Paragraph, Bullets, Table, Figure, Callout
-    sections.py  the callouts and sections of the page, one function of the RunView each
+    sections/    the callouts and sections of each page, one function of the view each, and the
+                 registry of pages (Page: title, facts, callouts and sections in page order)
     html.py, markdown.py   the two renderers
     build.py     build_report(run_dir): all of it, written into the run folder
 """

@@ -1,7 +1,7 @@
 """The report as one document: a title, boxes at the top, sections of blocks.
 
 Nothing here knows HTML or Markdown (report/html.py and report/markdown.py render it) or where the
-numbers come from (report/sections.py builds it). A block is one of:
+numbers come from (report/sections/ builds it). A block is one of:
 
     Paragraph(text, note=False)          a sentence or two; note=True: small print
     Bullets(items)                       a list of sentences

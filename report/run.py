@@ -3,7 +3,7 @@
 `RunView.open(run_dir)` reads everything once through the run model's readers: `summary` is the
 RunSummary (the figures of every table and finding), `folder` the RunFolder, and per strategy a
 StrategyView with the typed records the time series are binned from. A section of the report is a
-function of a RunView (report/sections.py), so it gets the summary and the folder together.
+function of a RunView (report/sections/), so it gets the summary and the folder together.
 """
 
 from __future__ import annotations

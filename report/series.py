@@ -1,6 +1,6 @@
 """The data the figures plot: time series binned from the run model's typed records.
 
-Nothing here is a figure of summary.json: those are rendered from the summary (report/sections.py).
+Nothing here is a figure of summary.json: those are rendered from the summary (report/sections/).
 What is here is their course over time (or per step), which the summary does not hold: iteration
 time per step, each port's backlog, drops and retransmissions per second, RTO events, delivered
 goodput per receiver and per flow, link utilisation per poll, CPU per second, the dequeue-gap CDF,

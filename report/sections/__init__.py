@@ -1,9 +1,21 @@
-"""What the page says: the boxes at the top and the sections, each built by one function of the run.
+"""What the page says, as one registry: for each kind of report page, its boxes at the top and its
+sections, each built by one function of the run's view.
 
-A callout function takes the RunView (run.summary: the RunSummary, run.folder: the RunFolder) and
-returns a Callout or None; a section function returns a Section or None (None: nothing to say for
-this run, so no empty panel). CALLOUTS and SECTIONS list them in page order; a new section, or a
-verdict box at the top, is one more function in one of these lists.
+A callout function takes the view (for a compare run the RunView: run.summary, the RunSummary, and
+run.folder, the RunFolder) and returns a Callout or None; a section function returns a Section or None
+(None: nothing to say for this run, so no empty panel). A Page (report/sections/page.py) lists them in
+page order; a new section, or a verdict box at the top, is one more function in one of these lists.
+
+    tables.py      cell formatting, the summary tables' columns, the Comparison section
+    common.py      colours, marks, the time axis, series several sections plot
+    overview.py    the facts line, the warning boxes, the Findings
+    fidelity.py    the fidelity verdict box and the Fidelity section
+    timing.py      iteration time against the bounds, the split of communication time
+    cures.py       the PS variants against the plain PS and the ring
+    queues.py      switch queues, hot ports, drops and retransmissions over time
+    traffic.py     goodput, link utilisation, bytes per link
+    events.py      faults, controller events, holes in the statistics
+    stragglers.py  stragglers and convergence
 
 Every number in a table or a sentence is a field of summary.json (the RunSummary), formatted here and
 nowhere computed; the figures plot the series of report/series.py.
@@ -13,247 +25,22 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from report import series as S
-from report.doc import Bullets, Callout, Column, Paragraph, Row, Section, Table
+from report.doc import Callout, Section
 from report.run import RunView
-from report.sections import cures, fidelity, queues, stragglers, timing, traffic
-from report.sections.common import all_gaps, all_marks, loss_series
-from report.sections.cures import hottest_shard_port
+from report.sections import cures, events, fidelity, overview, queues, stragglers, tables, timing, traffic
+from report.sections.overview import facts
 from report.sections.page import Page
-from report.sections.tables import busiest_utilised, comparison, is_num
-
-# -- formatting --------------------------------------------------------------------------------------
-
-
-# -- shared series ----------------------------------------------------------------------------------
-
-
-# -- callouts ------------------------------------------------------------------------------------------
-def incomplete_run(run: RunView) -> Callout | None:
-    """The run did not finish: which strategy ended how."""
-    if run.summary.complete:
-        return None
-    items = []
-    for name, s in run.strategies.items():
-        st = s.summary.state
-        if st != "complete":
-            why = s.summary.error or ("no strategy folder" if st == "missing" else "")
-            items.append(f"{name}: {st}" + (f" ({why})" if why else ""))
-    items.append("The figures show what was recorded before it ended.")
-    return Callout("Run incomplete", items, "warning")
-
-
-def capture_problems(run: RunView) -> Callout | None:
-    """Captures that lost packets or could not be read: the pcap counts undercount."""
-    cap = run.summary.capture
-    items = []
-    if cap.enabled and not cap.complete:
-        pts = ", ".join(cap.incomplete_points) or "see capture.json"
-        items.append(
-            f"Packet capture incomplete ({pts}; {cap.packets_dropped_kernel} packets dropped by the "
-            "kernel): the pcap columns undercount."
-        )
-    for name, s in run.strategies.items():
-        if s.summary.pcap_error:
-            items.append(f"{name}: the captures could not be read ({s.summary.pcap_error}).")
-    return Callout("Captures", items, "warning") if items else None
-
-
-def damaged_files(run: RunView) -> Callout | None:
-    """Files the readers had to skip parts of."""
-    return Callout("Damaged or unreadable files", run.problems, "warning") if run.problems else None
-
-
-def summary_rebuilt(run: RunView) -> Callout | None:
-    """summary.json was recomputed from the folder by the code that writes it after a run."""
-    if not run.rebuilt:
-        return None
-    return Callout(
-        "summary.json rebuilt",
-        [
-            f"{run.rebuilt}; it was recomputed from the run folder by "
-            "analysis.summary (the code that writes it after a run) and "
-            "saved."
-        ],
-        "info",
-    )
-
 
 CALLOUTS: list[Callable[[RunView], Callout | None]] = [
     fidelity.fidelity_verdict,
-    incomplete_run,
-    capture_problems,
-    damaged_files,
-    summary_rebuilt,
+    overview.incomplete_run,
+    overview.capture_problems,
+    overview.damaged_files,
+    overview.summary_rebuilt,
 ]
-
-
-# -- findings ----------------------------------------------------------------------------------------------
-def findings(run: RunView) -> Section | None:
-    """Which strategy lost what where, in sentences made of summary.json's figures."""
-    names = [s.name for s in run.present]
-    if not names:
-        return Section(
-            "Findings", [Paragraph("No strategy of this run left a folder: nothing was measured.")]
-        )
-    figs = {n: run.strategies[n].summary for n in names}
-    ref = max(
-        names,
-        key=lambda n: (hottest_shard_port(run, run.strategies[n])[1] or 0, figs[n].queue_drops_total or 0),
-    )
-    items = [_strategy_sentence(run, n, ref) for n in [ref, *(x for x in names if x != ref)]]
-    items += _fault_sentences(run)
-    if run.config.target_loss is not None:
-        items.append(_target_sentence(run))
-    return Section("Findings", [Bullets(items)])
-
-
-def _strategy_sentence(run: RunView, name: str, ref: str) -> str:
-    f, r = run.strategies[name].summary, run.strategies[ref].summary
-    parts = []
-    total = f.queue_drops_total
-    port, drops = hottest_shard_port(run, run.strategies[name])
-    if port is not None and drops is not None:
-        one = len(run.shard_ports(name)) == 1 and port == run.ps_port
-        d = f"{drops} packets dropped at {port} ({'the PS port' if one else 'its hottest PS port'})"
-        if total is not None and total > drops:
-            d += f" and {total - drops} elsewhere in the fabric"
-        parts.append(d)
-    elif total is not None:
-        d = f"{total} packets dropped in the fabric"
-        if total and f.max_drop_port:
-            d += f", most at {f.max_drop_port} ({f.max_port_drops})"
-        parts.append(d)
-    timeouts = getattr(f, "tcp_timeouts_pcap", None)
-    if f.tcp_retransmits_pcap is not None:
-        rtx = f"{f.tcp_retransmits_pcap} TCP retransmissions"
-        if timeouts is not None:
-            rtx += f" and {timeouts} retransmission timeout{'s' if timeouts != 1 else ''}"
-        elif getattr(f, "tcp_timeout_retransmits", None) is not None:
-            rtx += f" ({f.tcp_timeout_retransmits} without dup-ACK evidence)"
-        parts.append(rtx + " in the captures")
-    elif f.tcp_retransmits_kernel is not None:
-        parts.append(f"{f.tcp_retransmits_kernel} TCP retransmissions (kernel count)")
-    link = busiest_utilised(f)
-    if f.busiest_link_utilisation is not None and link:
-        parts.append(
-            f"the busiest link direction {link} ran at {f.busiest_link_utilisation * 100:.0f} % of its rate"
-        )
-    elif f.max_link_share is not None and f.busiest_link:
-        parts.append(
-            f"the busiest link direction {f.busiest_link} carried {f.max_link_share * 100:.0f} % of "
-            "the link bytes"
-        )
-    if f.iter_time_s is not None:
-        it = f"median iteration {f.iter_time_s:.3f} s"
-        if name != ref and r.iter_time_s and f.iter_time_s > 0:
-            ratio = r.iter_time_s / f.iter_time_s
-            it += (
-                f", {ratio:.2f}x faster than {ref}" if ratio >= 1 else f", {1 / ratio:.2f}x slower than {ref}"
-            )
-        parts.append(it)
-    tail = "" if f.state == "complete" else f" [{f.state}]"
-    return f"{name}: " + ("; ".join(parts) if parts else "no figures") + tail + "."
-
-
-def _fault_sentences(run: RunView) -> list[str]:
-    out = []
-    gaps = all_gaps(run)
-    for name, ms in all_marks(run).items():
-        faults = [m for m in ms if m.source == "fault"]
-        events = [m for m in ms if m.source == "controller"]
-        parts = []
-        if faults:
-            parts.append(
-                f"{len(faults)} fault action{'s' if len(faults) != 1 else ''} ("
-                + ", ".join(f"{m.label} at {m.t:.2f} s" for m in faults)
-                + ")"
-            )
-        if events:
-            n = sum(m.count for m in events)
-            parts.append(
-                f"{n} controller event{'s' if n != 1 else ''} ("
-                + ", ".join(f"{m.kind} at {m.t:.2f} s" for m in events)
-                + ")"
-            )
-        parts += [
-            f"controller statistics missing for {g['seconds']:.1f} s ({g['t0']:.2f}-{g['t1']:.2f} s)"
-            for g in gaps.get(name, [])
-        ]
-        if parts:
-            out.append(f"{name} faults and events: " + "; ".join(parts) + ".")
-    return out
-
-
-def _target_sentence(run: RunView) -> str:
-    target = float(run.config.target_loss or 0.0)
-    tt = {n: S.time_to_target(d, target) for n, d in loss_series(run).items()}
-    text = ", ".join(f"{n} {v:.2f} s" if v is not None else f"{n} not reached" for n, v in tt.items())
-    return f"Time to loss <= {target:g} (config target_loss), from the first training step: {text}."
-
-
-# -- sections ------------------------------------------------------------------------------------------------
-
-
-# -- cures (#15) ---------------------------------------------------------------------------------------------
-
-
-def faults_and_events(run: RunView) -> Section | None:
-    """Every fault, controller event and hole in the statistics, with its time."""
-    marks, gaps = all_marks(run), all_gaps(run)
-    rows = [
-        Row(
-            n,
-            [
-                f"{m.t:.2f}",
-                "faults.jsonl" if m.source == "fault" else "controller",
-                m.label + (f" (x{m.count})" if m.count > 1 else ""),
-            ],
-        )
-        for n, ms in marks.items()
-        for m in ms
-    ]
-    gap_items = [
-        f"{n}: controller statistics missing for {g['seconds']:.1f} s ({g['t0']:.2f} s to "
-        f"{g['t1']:.2f} s; poll interval {run.config.controller.interval:g} s), shaded in the "
-        "timelines."
-        for n, gs in gaps.items()
-        for g in gs
-    ]
-    if not rows and not gap_items:
-        return None
-    sec = Section(
-        "Faults and events",
-        [
-            Paragraph(
-                "Times are seconds since the strategy's first training step, the origin of every "
-                "timeline. Faults "
-                "from faults.jsonl; controller events (port down/up, reroute, switch (dis)connected) from "
-                f"timeseries.jsonl, those of one kind within {S.EVENT_CLUSTER_S:g} s merged.",
-                note=True,
-            )
-        ],
-    )
-    if gap_items:
-        sec.add(Bullets(gap_items))
-    if rows:
-        sec.add(
-            Table(
-                "Fault actions and controller events",
-                "strategy",
-                [Column("t (s)"), Column("source", numeric=False), Column("what", numeric=False)],
-                rows,
-            )
-        )
-    return sec
-
-
-# -- stragglers ------------------------------------------------------------------------------------------
-
-
 SECTIONS: list[Callable[[RunView], Section | None]] = [
-    findings,
-    comparison,
+    overview.findings,
+    tables.comparison,
     timing.iteration_time,
     cures.cures,
     queues.ps_queue,
@@ -262,47 +49,9 @@ SECTIONS: list[Callable[[RunView], Section | None]] = [
     traffic.utilisation,
     traffic.bytes_per_link,
     fidelity.fidelity,
-    faults_and_events,
+    events.faults_and_events,
     stragglers.stragglers,
 ]
-
-
-def facts(run: RunView) -> list[str]:
-    """The run's parameters in one line."""
-    cfg, fab = run.config, run.config.fabric
-    out = [
-        f"strategies {', '.join(cfg.strategies)}",
-        f"{cfg.n_workers} workers",
-        f"{cfg.steps} steps",
-        f"gradient {cfg.grad_mb:g} MiB",
-        f"batch {cfg.batch}",
-        f"fabric {fab.spines} spines x {fab.leaves} leaves x {fab.hosts_per_leaf} hosts",
-        f"host links {fab.host_mbit:g} Mbit/s, uplinks {fab.uplink_mbit:g} Mbit/s",
-        f"switch buffers {fab.buffer_pkts} packets",
-        f"PS {fab.ps_host} on {run.ps_port}",
-        f"capture {cfg.capture}",
-    ]
-    if cfg.stragglers:
-        out.append("stragglers " + ", ".join(st.host for st in cfg.stragglers))
-    if cfg.faults:
-        out.append("faults " + ", ".join(cfg.faults))
-    env = run.environment
-    if env:
-        rto = env.get("rto_min_ms")
-        out += [
-            f"OVS {env.get('datapath', '?')} datapath",
-            f"kernel {env.get('kernel', '?')}",
-            f"{env.get('cores', '?')} cores",
-            f"virtualisation {env.get('virtualisation', '?')}",
-            f"TCP {env.get('cc', cfg.cc)}, minimum RTO "
-            + (f"{rto:g} ms" if is_num(rto) else "?")
-            + " (unless a variant sets its own)",
-        ]
-    else:
-        out.append(f"TCP {cfg.cc}")
-    return out
-
-
 RUN: Page[RunView] = Page(
     title=lambda run: f"incastlab report: {run.folder.path.name}",
     status=lambda run: "complete" if run.summary.complete else "incomplete",
@@ -311,3 +60,5 @@ RUN: Page[RunView] = Page(
     sections=SECTIONS,
 )
 PAGES: dict[str, Page] = {"run": RUN}  # every kind of report page, by the kind of run it reports
+
+__all__ = ["CALLOUTS", "PAGES", "RUN", "SECTIONS", "Page", "facts"]
