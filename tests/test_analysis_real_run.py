@@ -30,10 +30,10 @@ def _ip(run, host: str) -> str:
 
 @pytest.mark.parametrize("strategy", ["ps", "ring"])
 def test_timeouts_per_host_agree_with_the_kernel(compare_run, strategy: str) -> None:
-    """Each host's capture, the flows it sent, with and without TSval: timeouts against its
-    TcpExtTCPTimeouts, a worker to within one (10 % from ten on), the PS host, whose sends wait in
-    its own 1000-packet queue, to within two (25 % from eight on); loss probes never more than
-    TcpExtTCPLossProbes; retransmitted segments exactly TcpRetransSegs."""
+    """Each host's capture, the flows it sent: timeouts against its TcpExtTCPTimeouts, a worker to
+    within one (10 % from ten on) with and without TSval, the PS host, whose sends wait in its own
+    1000-packet queue, to within two (25 % from eight on) with TSval (the product's way); loss
+    probes never more than TcpExtTCPLossProbes; retransmitted segments exactly TcpRetransSegs."""
     run, _ = compare_run
     hosts = json.loads((run / strategy / "hosts.json").read_text())
     ps_host = RunFolder(run).plan().ps_host
@@ -42,7 +42,8 @@ def test_timeouts_per_host_agree_with_the_kernel(compare_run, strategy: str) -> 
         p = read_pcap(run / strategy / "pcap" / f"{h}.pcap", allow_truncated=True)
         kern = hosts[h]["kernel"]
         want = int(kern.get("TcpExtTCPTimeouts", 0))
-        for tsval in (read_options(p).tsval, None):
+        # without TSval a sender's own queue hides when it sent: a PS host's count is not held then
+        for tsval in (read_options(p).tsval, None) if h != ps_host else (read_options(p).tsval,):
             got = rto_events(p, tsval=tsval).totals(_ip(run, h))
             slack = max(2, int(0.25 * want)) if h == ps_host else max(1, int(0.1 * want))
             assert abs(got["timeouts"] - want) <= slack, (h, tsval is not None, got, want)
