@@ -281,7 +281,6 @@ def test_fidelity_from_the_kernels_drop_counters_and_tshark(compare_run):
             name,
             "a backlogged port ran at its rate",
         )
-    assert summary["fidelity"]["verdict"] in ("trustworthy", "degraded")
     ps = summary["strategies"]["ps"]["fidelity"]
     assert ps["unexplained_loss_share"] <= 0.05, "the PS's losses are the switch queues' drops"
 
