@@ -6,7 +6,7 @@ read once, by the summary. At the top of the page: the fidelity verdict.
 
     run.py       RunView: the RunSummary and the RunFolder's typed records, read once
     series.py    the data of the figures (per step, per poll, per bin), nothing the summary holds
-    figures.py   matplotlib figures on the Agg canvas
+    figures/     matplotlib figures on the Agg canvas, one module per job of the page
     doc.py       the document model: Document, Section, Paragraph, Bullets, Table, Figure, Callout
     sections/    the callouts and sections of each page, one function of the view each, and the
                  registry of pages (Page: title, facts, callouts and sections in page order)

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from report.doc import Bullets, Callout, Column, Document, Figure, Paragraph, Row, Section, Table
-from report.figures import PALETTE, canvas, note, to_png
+from report.figures.base import PALETTE, canvas, note, to_png
 from report.html import render_html
 from report.markdown import render_markdown
 from runmodel.incast import IncastFolder, IncastResult, IncastRow

@@ -7,15 +7,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from report import figures as F
 from report import series as S
 from report.doc import Figure
+from report.figures.base import colors as colors_of
+from report.figures.base import to_png
 from report.run import RunView
 
 
 def colors(run: RunView) -> dict[str, str]:
     """One colour per strategy of the run, the same in every figure."""
-    return F.colors(list(run.strategies))
+    return colors_of(list(run.strategies))
 
 
 def all_marks(run: RunView) -> dict[str, list[S.Mark]]:
@@ -59,7 +60,7 @@ def time_range(run: RunView) -> tuple[float, float]:
 
 def figure(key: str, fig: Any, title: str, caption: str, data: dict[str, Any]) -> Figure:
     """A drawn matplotlib figure as a page Figure (its PNG, and the data it plots for the tests)."""
-    return Figure(key, F.to_png(fig), title, caption, data)
+    return Figure(key, to_png(fig), title, caption, data)
 
 
 def marks_data(ms: dict[str, list[S.Mark]]) -> dict[str, list[dict[str, Any]]]:

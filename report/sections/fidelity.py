@@ -9,9 +9,9 @@ from __future__ import annotations
 from typing import Any
 
 from analysis.fidelity import GAP_RATIO_RANGE, MAX_SATURATED_SHARE, MAX_UNEXPLAINED_LOSS, SATURATED
-from report import figures as F
 from report import series as S
 from report.doc import Callout, Column, Paragraph, Row, Section, Table
+from report.figures.fidelity import cpu_figure, dequeue_cdf_figure
 from report.run import RunView
 from report.sections.common import colors, figure, time_range
 from report.sections.tables import DASH, fmt, is_num
@@ -230,7 +230,7 @@ def fidelity(run: RunView) -> Section | None:
         sec.add(
             figure(
                 "dequeue_cdf",
-                F.dequeue_cdf_figure(cdfs, GAP_RATIO_RANGE, colors(run)),
+                dequeue_cdf_figure(cdfs, GAP_RATIO_RANGE, colors(run)),
                 "Departure gaps at the bottleneck",
                 "CDF of the gaps between consecutive packets leaving each strategy's worst host port "
                 "while its queue was backlogged, over one packet's serialization time at the port's "
@@ -254,7 +254,7 @@ def fidelity(run: RunView) -> Section | None:
         sec.add(
             figure(
                 "cpu",
-                F.cpu_figure(cpu, SATURATED, time_range(run), facts),
+                cpu_figure(cpu, SATURATED, time_range(run), facts),
                 "CPU over time",
                 "Per strategy, each core's busy share per second and ovs-vswitchd's CPU time per "
                 "second (of one core; it can exceed 100 % with several threads), from cpu.jsonl, over "

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from report import figures as F
 from report import series as S
 from report.doc import Column, Group, Row, Section, Table
+from report.figures.queues import drops_retx_figure, queue_figure
 from report.run import RunView
 from report.sections.common import all_gaps, all_marks, colors, figure, marks_data, retransmits, time_range
 from report.sections.tables import DASH, fmt, is_num
@@ -57,7 +57,7 @@ def ps_queue(run: RunView) -> Section | None:
         return None
     buf = run.config.fabric.buffer_pkts
     marks = all_marks(run)
-    fig = F.queue_figure(shown, buf, time_range(run), colors(run), marks)
+    fig = queue_figure(shown, buf, time_range(run), colors(run), marks)
     data = {
         "port": run.ps_port,
         "buffer_pkts": buf,
@@ -153,7 +153,7 @@ def drops_over_time(run: RunView) -> Section | None:
     rto = {s.name: S.rto_series(s) for s in run.timed if s.summary.tcp_timeouts_pcap is not None}
     psf = [s.name for s in run.ps_family if run.ps_port in run.shard_ports(s.name)]
     marks, gaps = all_marks(run), all_gaps(run)
-    fig = F.drops_retx_figure(drops, retx, psf, time_range(run), colors(run), marks, gaps, rto)
+    fig = drops_retx_figure(drops, retx, psf, time_range(run), colors(run), marks, gaps, rto)
     data = {
         "drops": drops,
         "retransmits": {

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import statistics
 
-from report import figures as F
 from report import series as S
 from report.doc import Bullets, Column, Row, Section, Table
+from report.figures.stragglers import compute_share_figure, loss_figure, staleness_figure
 from report.run import STRAGGLER_STRATEGIES, RunView
 from report.sections.common import colors, figure, loss_series, time_range
 from report.sections.tables import PS_COLUMNS, fmt, summary_table
@@ -42,7 +42,7 @@ def stragglers(run: RunView) -> Section | None:
         sec.add(
             figure(
                 "compute_share",
-                F.compute_share_figure(shares, slow, colors(run)),
+                compute_share_figure(shares, slow, colors(run)),
                 "Worker compute share",
                 "Each worker's compute time over its own active span (summary.json "
                 "worker_compute_share_by_rank); hatched: the configured straggler. A fast worker that "
@@ -63,7 +63,7 @@ def stragglers(run: RunView) -> Section | None:
         sec.add(
             figure(
                 "staleness",
-                F.staleness_figure(hists, colors(run)),
+                staleness_figure(hists, colors(run)),
                 "Staleness of applied updates",
                 "Applied parameter-server updates per staleness (summary.json staleness_histogram); "
                 "synchronous strategies apply only fresh (staleness 0) gradients.",
@@ -76,7 +76,7 @@ def stragglers(run: RunView) -> Section | None:
         sec.add(
             figure(
                 "loss",
-                F.loss_figure(loss, target, time_range(run), colors(run)),
+                loss_figure(loss, target, time_range(run), colors(run)),
                 "Loss",
                 "Mean loss over the workers per step, against the step and against time since the "
                 "first training step."

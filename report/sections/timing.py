@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from report import figures as F
 from report import series as S
 from report.doc import Bullets, Section
+from report.figures.timing import comm_split_figure, iteration_figure
 from report.run import RunView, StrategyView, parse_spec
 from report.sections.common import all_marks, colors, figure
 from report.sections.tables import BOUND_COLUMNS, DASH, summary_table
@@ -37,7 +37,7 @@ def iteration_time(run: RunView) -> Section | None:
         for s in run.timed
         if s.summary.bound_s is not None
     }
-    fig, drawn = F.iteration_figure(data, colors(run), marks, at_step, bounds)
+    fig, drawn = iteration_figure(data, colors(run), marks, at_step, bounds)
     data_out: dict[str, Any] = dict(data)
     data_out["fault_steps"] = drawn
     data_out["bounds"] = bounds
@@ -68,7 +68,7 @@ def iteration_time(run: RunView) -> Section | None:
         sec.add(
             figure(
                 "comm_split",
-                F.comm_split_figure(splits, comm, colors(run)),
+                comm_split_figure(splits, comm, colors(run)),
                 "Communication time split into bound, timeouts and the rest",
                 "Each strategy's median communication time per step (comm_time_s, black tick) as "
                 "summary.json comm_split: the bound (bound_s), the timeouts (timeout_idle_s / steps: "

@@ -7,9 +7,15 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from report import figures as F
 from report import series as S
 from report.doc import Bullets, Section
+from report.figures.traffic import (
+    flows_figure,
+    goodput_figure,
+    link_heatmap,
+    receivers_figure,
+    utilisation_figure,
+)
 from report.run import RunView
 from report.sections.common import all_marks, colors, figure, goodputs, marks_data, time_range
 from report.sections.tables import busiest_utilised
@@ -26,7 +32,7 @@ def goodput(run: RunView) -> Section | None:
     marks = all_marks(run)
     rate = run.config.fabric.host_mbit
     xlim = time_range(run)
-    fig = F.goodput_figure(pc, rate, xlim, colors(run), marks)
+    fig = goodput_figure(pc, rate, xlim, colors(run), marks)
     data: dict[str, Any] = {
         "strategies": {
             n: {k: d[k] for k in ("t", "goodput_bytes", "goodput_mbit_s", "hosts", "bin_s", "bytes_total")}
@@ -60,7 +66,7 @@ def goodput(run: RunView) -> Section | None:
     sec.add(
         figure(
             "goodput_receivers",
-            F.receivers_figure(pc, rate, shards, xlim),
+            receivers_figure(pc, rate, shards, xlim),
             "Delivered goodput per receiver",
             "Each receiving host's delivered goodput over time, one heatmap row per host (bright: its "
             f"link's full {rate:g} Mbit/s), labelled with the bytes it received in all: summary.json "
@@ -74,7 +80,7 @@ def goodput(run: RunView) -> Section | None:
         sec.add(
             figure(
                 "goodput_ps_flows",
-                F.flows_figure(flows, xlim),
+                flows_figure(flows, xlim),
                 "Flows into the parameter server",
                 "Each flow into the PS host (sender:port; for a sharded parameter server, the flows "
                 f"to its first shard, {run.config.fabric.ps_host}) as a heatmap row of its goodput "
@@ -125,7 +131,7 @@ def utilisation(run: RunView) -> Section | None:
     util = {s.name: u for s in run.timed if (u := S.utilisation_series(run, s, iv)) is not None}
     if not util:
         return None
-    fig = F.utilisation_figure(util, colors(run))
+    fig = utilisation_figure(util, colors(run))
     items = []
     for n in util:
         f = run.strategies[n].summary
@@ -187,7 +193,7 @@ def bytes_per_link(run: RunView) -> Section | None:
     )
     nbytes = {n: [float(per[n].get(lk, 0)) for lk in links] for n in names}
     share = {n: [b / totals[n] if totals[n] else 0.0 for b in nbytes[n]] for n in names}
-    fig = F.link_heatmap(links, names, share, nbytes, run.ps_port)
+    fig = link_heatmap(links, names, share, nbytes, run.ps_port)
     left = len({k for v in per.values() for k in v}) - len(links)
     return Section(
         "Bytes per link",
