@@ -1,0 +1,117 @@
+"""The one option grammar (runmodel.options) for strategy variants and incast curves:
+text -> fields by the fields' types, the canonical name, the folder, and one-line refusals,
+checked against spellings written out by hand."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+
+from runmodel.options import OptionGrammar, folder_name
+from runmodel.params import ParamError
+
+
+# -- the grammar on dataclasses of its own ----------------------------------------------------------
+@dataclass(frozen=True)
+class Knob:
+    """A lead by position and options with defaults, as a strategy has."""
+
+    kind: str
+    size: int = 1
+    rate: float | None = None
+    mode: str = "a"
+
+
+@dataclass(frozen=True)
+class Over:
+    """Options over a base, none by default, as an incast curve has."""
+
+    x: int | None = None
+    y: str | None = None
+
+
+KNOB = OptionGrammar(what="knobs", example="k:size=2", lead="kind")
+OVER = OptionGrammar(what="overs", example="x=1", empty="base")
+
+
+@pytest.mark.parametrize(
+    ("grammar", "owner", "text", "value", "name", "folder"),
+    [
+        (KNOB, Knob, "k", Knob("k"), "k", "k"),
+        (
+            KNOB,
+            Knob,
+            " k : mode=b : size=3 ",
+            Knob("k", size=3, mode="b"),
+            "k:size=3:mode=b",
+            "k_size-3_mode-b",
+        ),
+        (KNOB, Knob, "k:size=1:mode=a", Knob("k"), "k", "k"),  # a default spelled out is no option
+        (KNOB, Knob, "k:rate=0.5", Knob("k", rate=0.5), "k:rate=0.5", "k_rate-0.5"),
+        (KNOB, Knob, "k:rate=2.0", Knob("k", rate=2.0), "k:rate=2", "k_rate-2"),
+        (KNOB, Knob, "k:size=2:size=4", Knob("k", size=4), "k:size=4", "k_size-4"),  # the last one counts
+        (OVER, Over, "", Over(), "base", "base"),
+        (OVER, Over, "base", Over(), "base", "base"),
+        (OVER, Over, "y=q:x=7", Over(x=7, y="q"), "x=7:y=q", "x-7_y-q"),
+        (OVER, Over, "x=0", Over(x=0), "x=0", "x-0"),  # a value, not the absent default
+    ],
+)
+def test_text_reads_into_typed_fields_and_names_them_in_field_order(
+    grammar: OptionGrammar, owner: type, text: str, value: object, name: str, folder: str
+) -> None:
+    got = grammar.parse(owner, text)
+    assert got == value
+    assert grammar.name(got) == name and grammar.folder(got) == folder == folder_name(name)
+    again = grammar.parse(owner, grammar.name(got))
+    assert again == got and grammar.name(again) == name  # name -> parse -> name
+    assert [type(v) for v in vars(got).values()] == [type(v) for v in vars(value).values()]  # 3 -> int
+
+
+def test_options_are_the_non_default_fields_in_field_order() -> None:
+    assert KNOB.options(Knob("k", mode="b", rate=1.5)) == (("rate", 1.5), ("mode", "b"))
+    assert OVER.options(Over(y="q")) == (("y", "q"),) and OVER.options(Over()) == ()
+
+
+@pytest.mark.parametrize(
+    ("grammar", "owner", "text", "message"),
+    [
+        (
+            KNOB,
+            Knob,
+            "k:speed=2",
+            "knobs: 'k:speed=2': unknown option 'speed' (options: size, rate, mode; e.g. k:size=2)",
+        ),
+        (
+            KNOB,
+            Knob,
+            "k:size",
+            "knobs: 'k:size': unknown option 'size' (options: size, rate, mode; e.g. k:size=2)",
+        ),
+        (
+            KNOB,
+            Knob,
+            "k:kind=j",
+            "knobs: 'k:kind=j': unknown option 'kind' (options: size, rate, mode; e.g. k:size=2)",
+        ),
+        (KNOB, Knob, "k:size=2.5", "knobs: 'k:size=2.5': size needs a number, got '2.5'"),
+        (KNOB, Knob, "k:rate=fast", "knobs: 'k:rate=fast': rate needs a number, got 'fast'"),
+        (OVER, Over, "base:x=1", "overs: 'base:x=1': unknown option 'base' (options: x, y; e.g. x=1)"),
+        (OVER, Over, "x=", "overs: 'x=': x needs a number, got ''"),
+    ],
+)
+def test_unknown_keys_and_unreadable_values_are_refused_in_one_line(
+    grammar: OptionGrammar, owner: type, text: str, message: str
+) -> None:
+    with pytest.raises(ParamError) as err:
+        grammar.parse(owner, text)
+    assert str(err.value) == message
+
+
+def test_a_field_type_the_grammar_cannot_read_is_a_programming_error() -> None:
+    @dataclass(frozen=True)
+    class Odd:
+        flags: tuple[int, ...] = ()
+
+    with pytest.raises(TypeError, match="no reader"):
+        OVER.parse(Odd, "flags=1")
