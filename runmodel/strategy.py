@@ -3,13 +3,14 @@
 
 Each variant is a row of its own in the table, summary.json and the report, named by what it is
 (`name`: the kind, then its non-default options in a fixed order), in a folder of its own
-(`folder`: the name with ':' -> '_' and '=' -> '-').
+(`folder`: the name with ':' -> '_' and '=' -> '-'); the grammar is runmodel.options's.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
+from runmodel.options import OptionGrammar, Variant
 from runmodel.params import ParamError
 
 PS_FAMILY = ("ps", "async", "ssp", "backup")
@@ -23,8 +24,10 @@ SHARDABLE = ("ps", "async")  # a backup or SSP quorum must be one decision, not 
 
 
 @dataclass(frozen=True)
-class StrategySpec:
-    """One strategy variant: the kind and its options."""
+class StrategySpec(Variant):
+    """One strategy variant: the kind and its options (`name`, `folder`: Variant's)."""
+
+    GRAMMAR = OptionGrammar(what="strategies", example="ps:shards=4", lead="kind")  # not a field
 
     kind: str
     shards: int = 1  # PS family: the model split over this many PS hosts (ps-lite's even split)
@@ -36,23 +39,10 @@ class StrategySpec:
     @classmethod
     def parse(cls, text: str) -> StrategySpec:
         """`KIND[:OPTION=VALUE[:...]]`; refuses unknown kinds and options by name."""
-        kind, *opts = [part.strip() for part in text.strip().split(":")]
+        kind = text.strip().split(":")[0].strip()
         if kind not in KINDS:
             raise ParamError(f"strategies: unknown strategy {kind!r} (known: {', '.join(KINDS)})")
-        values: dict[str, object] = {}
-        known = {f.name: f for f in fields(cls) if f.name != "kind"}
-        for opt in opts:
-            key, sep, raw = opt.partition("=")
-            if not sep or key not in known:
-                raise ParamError(
-                    f"strategies: {text!r}: unknown option {key!r} "
-                    f"(options: {', '.join(known)}; e.g. ps:shards=4)"
-                )
-            try:
-                values[key] = int(raw) if key == "shards" else float(raw) if key == "rto_min_ms" else raw
-            except ValueError as exc:
-                raise ParamError(f"strategies: {text!r}: {key} needs a number, got {raw!r}") from exc
-        spec = cls(kind, **values)  # type: ignore[arg-type]
+        spec = cls.GRAMMAR.parse(cls, text)
         spec.validate(text)
         return spec
 
@@ -85,18 +75,3 @@ class StrategySpec:
     def dedicated_shards(self) -> int:
         """PS hosts of their own this variant needs (0 for collectives and colocated shards)."""
         return self.shards if self.uses_ps and self.placement == "dedicated" else 0
-
-    @property
-    def name(self) -> str:
-        """The kind and its non-default options, in field order: ps:shards=4:rto_min_ms=1."""
-        parts = [self.kind]
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if f.name != "kind" and value != f.default:
-                parts.append(f"{f.name}={value:g}" if isinstance(value, float) else f"{f.name}={value}")
-        return ":".join(parts)
-
-    @property
-    def folder(self) -> str:
-        """The strategy's folder in the run: ps_shards-4."""
-        return self.name.replace(":", "_").replace("=", "-")

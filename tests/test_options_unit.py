@@ -1,15 +1,24 @@
-"""The one option grammar (runmodel.options) for strategy variants and incast curves:
-text -> fields by the fields' types, the canonical name, the folder, and one-line refusals,
-checked against spellings written out by hand."""
+"""The one option grammar (runmodel.options) that strategy variants and incast curves share:
+text -> fields by the fields' types, the canonical name, the folder, and one-line refusals.
+
+Names and folders are checked against spellings written out by hand: the folders earlier runs
+are stored under (tests/data, the mitigate integration test) and the refusals the command printed
+before the grammar was shared."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
+from incastlab.cli import SCENARIO_DIR
 from runmodel.options import OptionGrammar, folder_name
 from runmodel.params import ParamError
+from runmodel.strategy import StrategySpec
+
+DATA = Path(__file__).resolve().parent / "data"
 
 
 # -- the grammar on dataclasses of its own ----------------------------------------------------------
@@ -115,3 +124,74 @@ def test_a_field_type_the_grammar_cannot_read_is_a_programming_error() -> None:
 
     with pytest.raises(TypeError, match="no reader"):
         OVER.parse(Odd, "flags=1")
+
+
+# -- the owners: names and folders that stored runs already use ---------------------------------
+@pytest.mark.parametrize(
+    ("owner", "text", "name", "folder"),
+    [
+        (StrategySpec, "ps", "ps", "ps"),
+        (StrategySpec, "ps:shards=1", "ps", "ps"),
+        (
+            StrategySpec,
+            "ps:cc=reno:rto_min_ms=1.0:shards=2",
+            "ps:shards=2:rto_min_ms=1:cc=reno",
+            "ps_shards-2_rto_min_ms-1_cc-reno",
+        ),
+        (
+            StrategySpec,
+            "ps:cc=reno:placement=colocated:rto_min_ms=1:shards=2",
+            "ps:shards=2:placement=colocated:rto_min_ms=1:cc=reno",
+            "ps_shards-2_placement-colocated_rto_min_ms-1_cc-reno",
+        ),
+        (StrategySpec, "ps:pull=serial:shards=4", "ps:shards=4:pull=serial", "ps_shards-4_pull-serial"),
+        (StrategySpec, "ps:rto_min_ms=0.5", "ps:rto_min_ms=0.5", "ps_rto_min_ms-0.5"),
+        (StrategySpec, "ring:cc=bbr", "ring:cc=bbr", "ring_cc-bbr"),
+    ],
+)
+def test_a_variant_keeps_the_name_and_folder_its_runs_are_stored_under(
+    owner: type, text: str, name: str, folder: str
+) -> None:
+    variant = owner.parse(text)
+    assert (variant.name, variant.folder) == (name, folder)
+    assert owner.parse(variant.name) == variant
+
+
+def test_every_shipped_strategy_round_trips() -> None:
+    strategies = [
+        s
+        for p in sorted(SCENARIO_DIR.glob("*.json"))
+        for s in json.loads(p.read_text()).get("strategies", [])
+    ]
+    assert "ps:shards=4:pull=serial" in strategies  # the files hold what is tested
+    for text in strategies:
+        assert StrategySpec.parse(text).name == text  # the scenarios spell them canonically
+
+
+def test_the_stored_run_has_a_folder_for_each_strategy_it_names() -> None:
+    run = DATA / "run-small"
+    names = json.loads((run / "config.json").read_text())["strategies"]
+    assert names and all((run / StrategySpec.parse(n).folder).is_dir() for n in names)
+
+
+@pytest.mark.parametrize(
+    ("parse", "text", "message"),
+    [
+        (
+            StrategySpec.parse,
+            "ps:turbo=1",
+            "strategies: 'ps:turbo=1': unknown option 'turbo' "
+            "(options: shards, placement, rto_min_ms, cc, pull; e.g. ps:shards=4)",
+        ),
+        (
+            StrategySpec.parse,
+            "ps:shards=two",
+            "strategies: 'ps:shards=two': shards needs a number, got 'two'",
+        ),
+        (StrategySpec.parse, "gossip:turbo=1", "strategies: unknown strategy 'gossip' (known: "),
+    ],
+)
+def test_the_owners_refuse_with_the_messages_they_printed_before(parse, text: str, message: str) -> None:
+    with pytest.raises(ParamError) as err:
+        parse(text)
+    assert str(err.value).startswith(message) and "\n" not in str(err.value)
