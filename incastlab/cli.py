@@ -277,6 +277,19 @@ def _stage(module: str, func: str) -> Callable[[argparse.Namespace], int]:
 
 
 # -- the tree ---------------------------------------------------------------------------------------
+class VersionAction(argparse.Action):
+    """--version: the package version and the checkout's commit in one line (git runs only if asked)."""
+
+    def __init__(self, option_strings: list[str], dest: str, **kw: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kw)
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: Any, **kw: Any) -> NoReturn:
+        from incastlab.version import version_line
+
+        print(version_line(), flush=True)
+        raise SystemExit(0)
+
+
 def build_parser() -> Parser:
     """The argument parser of every subcommand."""
     p = Parser(
@@ -285,6 +298,9 @@ def build_parser() -> Parser:
             "Why the network is the bottleneck of distributed training: "
             "PS vs ring all-reduce on an emulated leaf-spine fabric."
         ),
+    )
+    p.add_argument(
+        "--version", action=VersionAction, help="print the version and the git commit of this checkout"
     )
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=Parser)
 

@@ -1,0 +1,76 @@
+"""What a script can rely on about a run: `incastlab --version`, the provenance in config.json and the
+run's --name; checked against git and pyproject.toml themselves. No root, no fabric."""
+
+from __future__ import annotations
+
+import subprocess
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from incastlab import version
+from tests.conftest import run_cli
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def git(where: Path, *args: str) -> str:
+    """A git command's stdout (the oracle: git itself, not incastlab's reading of it)."""
+    return subprocess.run(
+        ["git", "-c", f"safe.directory={where}", "-C", str(where), *args],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+
+
+def pyproject_version() -> str:
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+
+
+@pytest.fixture
+def scratch_repo(tmp_path, monkeypatch):
+    """A one-commit git repository standing in for the checkout."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git(repo, "init", "-q")
+    (repo / "a.py").write_text("x = 1\n")
+    git(repo, "add", "a.py")
+    git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "one")
+    monkeypatch.setattr(version, "ROOT", repo.resolve())
+    version.checkout.cache_clear()
+    yield repo
+    version.checkout.cache_clear()
+
+
+# -- incastlab --version -----------------------------------------------------------------------------
+def test_version_prints_the_package_version_and_this_checkouts_commit():
+    proc = run_cli(["--version"], timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert len(lines) == 1, proc.stdout
+    head = git(ROOT, "rev-parse", "HEAD")
+    assert lines[0].startswith(f"incastlab {pyproject_version()} (commit {head[:12]}"), lines[0]
+    dirty = bool(git(ROOT, "status", "--porcelain", "--untracked-files=no"))
+    assert lines[0].endswith(", dirty)" if dirty else f"{head[:12]})"), lines[0]
+
+
+def test_a_changed_tracked_file_makes_the_checkout_dirty_an_untracked_one_does_not(scratch_repo):
+    head = git(scratch_repo, "rev-parse", "HEAD")
+    assert version.checkout() == version.Checkout(head, False)
+    (scratch_repo / "notes.txt").write_text("scratch")  # untracked
+    version.checkout.cache_clear()
+    assert version.checkout() == version.Checkout(head, False)
+    (scratch_repo / "a.py").write_text("x = 2\n")
+    version.checkout.cache_clear()
+    assert version.checkout() == version.Checkout(head, True)
+    assert version.version_line().endswith(f"(commit {head[:12]}, dirty)")
+
+
+def test_a_package_inside_another_repository_is_no_checkout_of_its_own(scratch_repo, monkeypatch):
+    inner = scratch_repo / "site-packages"
+    inner.mkdir()
+    monkeypatch.setattr(version, "ROOT", inner.resolve())
+    assert version.checkout() == version.Checkout(None, None)
+    assert version.version_line() == f"incastlab {pyproject_version()} (no git checkout)"
