@@ -30,6 +30,7 @@ from runmodel.config import (
 )
 from runmodel.fabric import FabricSpec, Plan, build_plan
 from runmodel.folder import RunFolder, StrategyFolder
+from runmodel.options import OptionGrammar, Variant
 from runmodel.params import ParamError, number, param, whole
 from runmodel.records import _known, read_jsonl
 
@@ -69,14 +70,6 @@ def incast_fabric() -> FabricSpec:
     return FabricSpec(spines=2, leaves=4, hosts_per_leaf=4, host_mbit=20.0, uplink_mbit=100.0, buffer_pkts=3)
 
 
-# the option a curve may change, and how its text is read
-LINE_OPTIONS: dict[str, Any] = {
-    "rto_min_ms": float,
-    "cc": str,
-    "buffer_pkts": int,
-    "quickack": int,
-    "max_concurrent": int,
-}
 DEEP_BUFFER_PKTS = 1000
 DEFAULT_LINES = (
     "base",
@@ -108,42 +101,22 @@ class LineSettings:
 
 
 @dataclass(frozen=True)
-class IncastLine:
-    """One curve of the figure: `base`, or options over the base such as `rto_min_ms=1:cc=reno`."""
+class IncastLine(Variant):
+    """One curve of the figure: `base`, or options over the base such as `rto_min_ms=1:cc=reno`
+    (each field a LineSettings field; None: the base's value; `name`, `folder`: Variant's)."""
 
-    options: tuple[tuple[str, Any], ...] = ()
+    GRAMMAR = OptionGrammar(what="lines", example="rto_min_ms=1 or cc=reno", empty="base")  # not a field
+
+    rto_min_ms: float | None = None
+    cc: str | None = None
+    buffer_pkts: int | None = None
+    quickack: int | None = None
+    max_concurrent: int | None = None
 
     @classmethod
     def parse(cls, text: str) -> IncastLine:
         """`base` or `OPTION=V[:OPTION=V...]`; unknown options and bad values refused by name."""
-        text = text.strip()
-        if text in ("", "base"):
-            return cls()
-        opts: dict[str, Any] = {}
-        for part in text.split(":"):
-            key, sep, raw = part.strip().partition("=")
-            if not sep or key not in LINE_OPTIONS:
-                raise ParamError(
-                    f"lines: {text!r}: unknown option {key!r} "
-                    f"(options: {', '.join(LINE_OPTIONS)}; e.g. rto_min_ms=1 or cc=reno)"
-                )
-            try:
-                opts[key] = LINE_OPTIONS[key](raw.strip())
-            except ValueError as exc:
-                raise ParamError(f"lines: {text!r}: {key} needs a number, got {raw!r}") from exc
-        return cls(tuple((k, opts[k]) for k in LINE_OPTIONS if k in opts))
-
-    @property
-    def name(self) -> str:
-        """`base`, or the options in a fixed order: `rto_min_ms=1:cc=reno`."""
-        if not self.options:
-            return "base"
-        return ":".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in self.options)
-
-    @property
-    def folder(self) -> str:
-        """The curve's folder in the run: rto_min_ms-1_cc-reno."""
-        return self.name.replace(":", "_").replace("=", "-")
+        return cls.GRAMMAR.parse(cls, text)
 
     def settings(self, base: LineSettings) -> LineSettings:
         """The base with this curve's options over it."""
@@ -190,7 +163,7 @@ class IncastConfig:
     lines: tuple[str, ...] = param(
         DEFAULT_LINES,
         "curves, comma-separated: base, or OPTION=V[:OPTION=V] "
-        "over the base (" + ", ".join(LINE_OPTIONS) + "); cc=dctcp runs where the "
+        "over the base (" + ", ".join(f.name for f in fields(IncastLine)) + "); cc=dctcp runs where the "
         "kernel has tcp_dctcp and sch_red",
         parse=split_commas,
         metavar="L1,L2",

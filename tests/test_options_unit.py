@@ -8,12 +8,13 @@ before the grammar was shared."""
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 import pytest
 
 from incastlab.cli import SCENARIO_DIR
+from runmodel.incast import DEFAULT_LINES, IncastLine, LineSettings
 from runmodel.options import OptionGrammar, folder_name
 from runmodel.params import ParamError
 from runmodel.strategy import StrategySpec
@@ -147,6 +148,16 @@ def test_a_field_type_the_grammar_cannot_read_is_a_programming_error() -> None:
         (StrategySpec, "ps:pull=serial:shards=4", "ps:shards=4:pull=serial", "ps_shards-4_pull-serial"),
         (StrategySpec, "ps:rto_min_ms=0.5", "ps:rto_min_ms=0.5", "ps_rto_min_ms-0.5"),
         (StrategySpec, "ring:cc=bbr", "ring:cc=bbr", "ring_cc-bbr"),
+        (IncastLine, "base", "base", "base"),
+        (IncastLine, " cc=reno:rto_min_ms=1 ", "rto_min_ms=1:cc=reno", "rto_min_ms-1_cc-reno"),
+        (IncastLine, "buffer_pkts=1000", "buffer_pkts=1000", "buffer_pkts-1000"),
+        (
+            IncastLine,
+            "max_concurrent=2:quickack=1",
+            "quickack=1:max_concurrent=2",
+            "quickack-1_max_concurrent-2",
+        ),
+        (IncastLine, "cc=cubic", "cc=cubic", "cc-cubic"),  # the base's own value, still a curve of its own
     ],
 )
 def test_a_variant_keeps_the_name_and_folder_its_runs_are_stored_under(
@@ -157,21 +168,30 @@ def test_a_variant_keeps_the_name_and_folder_its_runs_are_stored_under(
     assert owner.parse(variant.name) == variant
 
 
-def test_every_shipped_strategy_round_trips() -> None:
+def test_every_shipped_variant_round_trips() -> None:
     strategies = [
         s
         for p in sorted(SCENARIO_DIR.glob("*.json"))
         for s in json.loads(p.read_text()).get("strategies", [])
     ]
-    assert "ps:shards=4:pull=serial" in strategies  # the files hold what is tested
+    lines = json.loads((SCENARIO_DIR / "incast.json").read_text())["lines"]
+    assert "ps:shards=4:pull=serial" in strategies and "cc=dctcp" in lines  # the files hold what is tested
     for text in strategies:
         assert StrategySpec.parse(text).name == text  # the scenarios spell them canonically
+    for text in (*lines, *DEFAULT_LINES):
+        assert IncastLine.parse(text).name == text
 
 
 def test_the_stored_run_has_a_folder_for_each_strategy_it_names() -> None:
     run = DATA / "run-small"
     names = json.loads((run / "config.json").read_text())["strategies"]
     assert names and all((run / StrategySpec.parse(n).folder).is_dir() for n in names)
+
+
+def test_every_line_option_is_a_setting_of_the_same_type() -> None:
+    settings = {f.name: f.type for f in fields(LineSettings)}
+    for f in fields(IncastLine):
+        assert f.name in settings and str(f.type) == f"{settings[f.name]} | None", f.name
 
 
 @pytest.mark.parametrize(
@@ -189,6 +209,17 @@ def test_the_stored_run_has_a_folder_for_each_strategy_it_names() -> None:
             "strategies: 'ps:shards=two': shards needs a number, got 'two'",
         ),
         (StrategySpec.parse, "gossip:turbo=1", "strategies: unknown strategy 'gossip' (known: "),
+        (
+            IncastLine.parse,
+            "foo=1",
+            "lines: 'foo=1': unknown option 'foo' "
+            "(options: rto_min_ms, cc, buffer_pkts, quickack, max_concurrent; e.g. rto_min_ms=1 or cc=reno)",
+        ),
+        (
+            IncastLine.parse,
+            "buffer_pkts=2.5",
+            "lines: 'buffer_pkts=2.5': buffer_pkts needs a number, got '2.5'",
+        ),
     ],
 )
 def test_the_owners_refuse_with_the_messages_they_printed_before(parse, text: str, message: str) -> None:
