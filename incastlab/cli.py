@@ -179,7 +179,10 @@ def cmd_experiment(args: argparse.Namespace) -> int:
 
     hosts = runtime_for(cfg, Path(args.results), say)  # docker or netns, said in one line, refused early
     folder = RunFolder.create(Path(args.results))
-    folder.write_config(cfg, scenario=str(scenario))
+    from incastlab.version import provenance
+
+    made_by = {"scenario": str(scenario), "provenance": provenance(args.argv).to_dict()}
+    folder.write_config(cfg, **made_by)
     say(f"run folder: {folder.path}")
     error: str | None = None
     code = 0
@@ -194,7 +197,7 @@ def cmd_experiment(args: argparse.Namespace) -> int:
             hosts=hosts.mounting(folder.path),
         ) as sess:
             env = dataclasses.asdict(sess.environment())
-            folder.write_config(cfg, scenario=str(scenario), environment=env)
+            folder.write_config(cfg, environment=env, **made_by)
             say(f"dashboard: {sess.controller.base}/")
             run_experiment(sess, cfg, folder, say)
     except ExperimentError as exc:
@@ -443,6 +446,7 @@ def _main(argv: list[str]) -> int:
         return EXIT_USAGE
     except SystemExit as exc:  # --help, or a usage error already printed in one line
         return int(exc.code or 0) if not isinstance(exc.code, str) else EXIT_USAGE
+    args.argv = ["incastlab", *argv]  # the command line, for the run's provenance
     try:
         return int(args.func(args) or 0)
     except (

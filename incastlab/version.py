@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import functools
 import importlib.metadata
+import os
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+
+from runmodel.config import Provenance
 
 ROOT = Path(__file__).resolve().parent.parent  # the checkout, when the package runs from one
 GIT_TIMEOUT_S = 10.0
@@ -67,3 +70,9 @@ def version_line() -> str:
         return f"incastlab {package_version()} (no git checkout)"
     state = {True: ", dirty", False: "", None: ", state unknown"}[co.dirty]
     return f"incastlab {package_version()} (commit {co.commit[:12]}{state})"
+
+
+def provenance(command: list[str]) -> Provenance:
+    """What starts this run: this code's version and commit, and `command` (`incastlab` first)."""
+    co = checkout()
+    return Provenance(package_version(), co.commit, co.dirty, tuple(command), os.getcwd())

@@ -7,5 +7,5 @@ by construction. Each parameter is declared once, as a dataclass field whose met
 its command-line flag (runmodel.params).
 """
 
-SCHEMA = 3  # version of config.json and summary.json (1: unversioned; 2: the run model; 3: bounds,
-# hottest PS port, CPU over the training window)
+SCHEMA = 4  # version of config.json and summary.json (1: unversioned; 2: the run model; 3: bounds,
+# hottest PS port, CPU over the training window; 4: config.json's provenance)

@@ -23,6 +23,7 @@ __all__ = [
     "PS_FAMILY",
     "ControllerOptions",
     "ExperimentConfig",
+    "Provenance",
     "RunEnvironment",
     "Straggler",
     "StrategySpec",
@@ -384,7 +385,7 @@ class ExperimentConfig:
             doc,
             cls,
             where,
-            derived=("schema", "worker_hosts", "scenario", "environment"),
+            derived=("schema", "worker_hosts", "scenario", "environment", "provenance"),
             lists=("strategies", "faults", "job_command"),
             comma=("strategies",),
         )
@@ -473,3 +474,32 @@ class RunEnvironment:
     runtime: str = "netns"  # what the hosts were: docker containers or network namespaces
     runtime_why: str = ""  # why that runtime (asked for, or what the default found)
     image: str = ""  # the containers' image (runtime docker)
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """What started the run (config.json's `provenance`, schema 4 on): the code, by its version and
+    git commit, and the command line, so a run can be traced to what made it and made again."""
+
+    version: str  # the incastlab package's version
+    commit: str | None  # the git commit of the checkout it ran from (None: not run from a checkout)
+    dirty: bool | None  # tracked files differed from that commit (None: unknown)
+    command: tuple[str, ...]  # the command line, `incastlab` first, as given
+    cwd: str  # where the command ran (its relative paths are from here)
+
+    def to_dict(self) -> dict[str, Any]:
+        """config.json's `provenance` object."""
+        return dict(asdict(self), command=list(self.command))
+
+    @classmethod
+    def from_dict(cls, doc: Any) -> Provenance | None:
+        """From config.json; None for a run of an older schema that recorded none (unknown keys ignored)."""
+        if not isinstance(doc, dict):
+            return None
+        return cls(
+            version=str(doc.get("version") or "unknown"),
+            commit=doc.get("commit"),
+            dirty=doc.get("dirty"),
+            command=tuple(doc.get("command") or ()),
+            cwd=str(doc.get("cwd") or ""),
+        )

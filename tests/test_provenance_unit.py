@@ -74,3 +74,55 @@ def test_a_package_inside_another_repository_is_no_checkout_of_its_own(scratch_r
     monkeypatch.setattr(version, "ROOT", inner.resolve())
     assert version.checkout() == version.Checkout(None, None)
     assert version.version_line() == f"incastlab {pyproject_version()} (no git checkout)"
+
+
+# -- config.json's provenance --------------------------------------------------------------------------
+def start_run(monkeypatch, argv: list[str]) -> Path:
+    """Run `incastlab ARGV` up to the fabric, which is faked to fail at once (no root): the run folder
+    and its config.json are made as a real run makes them. Returns the run folder."""
+    from contextlib import contextmanager
+
+    from incastlab import cli, session
+    from incastlab.follow import ExperimentError
+
+    @contextmanager
+    def no_fabric(*_a, **_kw):
+        raise ExperimentError("no fabric in a unit test")
+        yield
+
+    monkeypatch.setattr(session, "fabric_session", no_fabric)
+    monkeypatch.setattr(cli, "finish", lambda *_a: None)
+    assert cli._main(argv) == 1
+    return next(p for p in (Path(argv[argv.index("--results") + 1])).iterdir() if p.name != "latest")
+
+
+def test_config_json_records_the_version_commit_and_command_line(tmp_path, monkeypatch):
+    import json
+
+    from runmodel import SCHEMA
+    from runmodel.config import ExperimentConfig, Provenance
+
+    argv = ["compare", "--steps", "2", "--workers", "3", "--runtime", "netns", "--results", str(tmp_path)]
+    monkeypatch.chdir(tmp_path)
+    doc = json.loads((start_run(monkeypatch, argv) / "config.json").read_text())
+    assert doc["schema"] == SCHEMA == 4
+    prov = doc["provenance"]
+    assert prov["command"] == ["incastlab", *argv] and prov["cwd"] == str(tmp_path)
+    assert prov["version"] == pyproject_version()
+    assert prov["commit"] == git(ROOT, "rev-parse", "HEAD")
+    assert prov["dirty"] is bool(git(ROOT, "status", "--porcelain", "--untracked-files=no"))
+    assert ExperimentConfig.from_dict(doc).steps == 2  # a reader of the config skips it
+    assert Provenance.from_dict(prov).command[1:4] == ("compare", "--steps", "2")
+
+
+def test_an_older_config_without_provenance_still_reads():
+    import json
+
+    from runmodel.config import Provenance
+    from runmodel.folder import RunFolder
+
+    folder = RunFolder(ROOT / "tests" / "data" / "run-small")
+    doc = json.loads(folder.config_file.read_text())
+    assert doc["schema"] == 2 and "provenance" not in doc
+    assert folder.config().strategies == tuple(doc["strategies"])
+    assert Provenance.from_dict(doc.get("provenance")) is None
