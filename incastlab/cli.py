@@ -178,7 +178,7 @@ def cmd_experiment(args: argparse.Namespace) -> int:
     from incastlab.session import runtime_for
 
     hosts = runtime_for(cfg, Path(args.results), say)  # docker or netns, said in one line, refused early
-    folder = RunFolder.create(Path(args.results))
+    folder = RunFolder.create(Path(args.results), label=args.run_name or "")
     from incastlab.version import provenance
 
     made_by = {"scenario": str(scenario), "provenance": provenance(args.argv).to_dict()}
@@ -280,6 +280,28 @@ def _stage(module: str, func: str) -> Callable[[argparse.Namespace], int]:
 
 
 # -- the tree ---------------------------------------------------------------------------------------
+def run_name(text: str) -> str:
+    """--name's argparse type: a bad name is refused in one line before anything is built."""
+    from runmodel.folder import check_run_name
+
+    try:
+        return check_run_name(text)
+    except ParamError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("--name: ")) from exc
+
+
+def add_results_flags(p: argparse.ArgumentParser) -> None:
+    """--results and --name: where an experiment's run folder goes and what ends its name."""
+    p.add_argument("--results", default="results", help="where run folders go (default: results/)")
+    p.add_argument(
+        "--name",
+        dest="run_name",
+        type=run_name,
+        metavar="NAME",
+        help="end the run folder's name with NAME: results/<time>-NAME (letters, digits, . _ -)",
+    )
+
+
 class VersionAction(argparse.Action):
     """--version: the package version and the checkout's commit in one line (git runs only if asked)."""
 
@@ -349,7 +371,7 @@ def build_parser() -> Parser:
         add_param_flags(e, FabricSpec, "fabric", shown.fabric)
         add_param_flags(e, ControllerOptions, "controller", shown.controller)
         e.add_argument("--scenario", help=f"scenario file (default: the shipped {scenario.name})")
-        e.add_argument("--results", default="results", help="where run folders go (default: results/)")
+        add_results_flags(e)
         e.set_defaults(func=cmd_experiment, default_scenario=name)
 
     job_scenario = SCENARIO_DIR / "job.json"
@@ -367,7 +389,7 @@ def build_parser() -> Parser:
     add_param_flags(j, FabricSpec, "fabric", shown_job.fabric)
     add_param_flags(j, ControllerOptions, "controller", shown_job.controller)
     j.add_argument("--scenario", help=f"scenario file (default: the shipped {job_scenario.name})")
-    j.add_argument("--results", default="results", help="where run folders go (default: results/)")
+    add_results_flags(j)
     j.add_argument("job_command", nargs="*", metavar="-- CMD", help="the command each worker container runs")
     j.set_defaults(func=cmd_experiment, default_scenario="job")
 

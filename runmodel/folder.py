@@ -1,7 +1,7 @@
 """The run folder: where every file of a run is, and the one reader and writer of each.
 
-    results/<YYYYmmdd-HHMMSS>/     RunFolder   (results/latest links to the newest)
-        <strategy>/                StrategyFolder
+    results/<YYYYmmdd-HHMMSS>[-NAME]/  RunFolder   (results/latest links to the newest; --name NAME)
+        <strategy>/                    StrategyFolder
 
 Every stage names a file through these properties, never by a string of its own.
 """
@@ -16,6 +16,7 @@ from typing import Any
 
 from runmodel.config import ExperimentConfig
 from runmodel.fabric import Plan
+from runmodel.params import ParamError
 from runmodel.records import (
     CaptureReport,
     ControllerSeries,
@@ -40,6 +41,24 @@ from runmodel.records import (
 from runmodel.strategy import StrategySpec
 
 _WORKER_RE = re.compile(r"^worker-(\d+)\.jsonl$")
+RUN_NAME_MAX = 64
+_RUN_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+
+
+def check_run_name(text: str) -> str:
+    """A run's --name as it may end its folder's name (results/<timestamp>-NAME); ParamError in one
+    line otherwise: it must stay one folder under the results, and a shell must not need quotes for it."""
+    if not text:
+        raise ParamError("--name: give a name, e.g. --name baseline")
+    if "/" in text or "\\" in text:
+        raise ParamError(f"--name: a name, not a path: no '/' or '\\' (got {text!r})")
+    if len(text) > RUN_NAME_MAX:
+        raise ParamError(f"--name: at most {RUN_NAME_MAX} characters (got {len(text)})")
+    if not _RUN_NAME_RE.fullmatch(text):
+        raise ParamError(
+            f"--name: letters, digits, '.', '_' and '-', starting with a letter or digit (got {text!r})"
+        )
+    return text
 
 
 class StrategyFolder:
@@ -157,9 +176,14 @@ class RunFolder:
     problems: list[str] = field(default_factory=list)
 
     @classmethod
-    def create(cls, root: Path, name: str | None = None, link_latest: bool = True) -> RunFolder:
-        """A new, empty run folder under `root` (and `root/latest` pointing to it)."""
+    def create(
+        cls, root: Path, name: str | None = None, link_latest: bool = True, label: str = ""
+    ) -> RunFolder:
+        """A new, empty run folder under `root` (and `root/latest` pointing to it): `name`, else the
+        time, then `-label` when one is given (check_run_name); `-2`, `-3`... when it exists."""
         base = name or time.strftime("%Y%m%d-%H%M%S")
+        if label:
+            base = f"{base}-{check_run_name(label)}"
         path = root / base
         k = 1
         while path.exists():
@@ -202,8 +226,6 @@ class RunFolder:
 
     def config(self) -> ExperimentConfig:
         """The run's parameters (ParamError if config.json is not a valid config)."""
-        from runmodel.params import ParamError
-
         doc = self.config_doc()
         if doc is None:
             raise ParamError(f"not a run folder (no readable config.json): {self.path}")

@@ -126,3 +126,43 @@ def test_an_older_config_without_provenance_still_reads():
     assert doc["schema"] == 2 and "provenance" not in doc
     assert folder.config().strategies == tuple(doc["strategies"])
     assert Provenance.from_dict(doc.get("provenance")) is None
+
+
+# -- --name ------------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "name, needle",
+    [
+        ("a/b", "not a path"),
+        ("../up", "not a path"),
+        ("a\\b", "not a path"),
+        ("", "give a name"),
+        ("x" * 65, "at most 64"),
+        ("two words", "letters, digits"),
+        ("-flag", "letters, digits"),
+        (".hidden", "letters, digits"),
+    ],
+)
+def test_a_bad_run_name_is_refused_in_one_line_before_anything_is_made(tmp_path, name, needle):
+    results = tmp_path / "results"
+    proc = run_cli(["compare", "--results", str(results), f"--name={name}"], timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "--name" in lines[0] and needle in lines[0], proc.stderr
+    assert not results.exists(), "a folder was made for a refused name"
+
+
+def test_the_run_name_ends_the_folders_name(tmp_path, monkeypatch):
+    import re
+
+    argv = ["compare", "--runtime", "netns", "--results", str(tmp_path), "--name", "v2.run_a-1"]
+    made = start_run(monkeypatch, argv)
+    assert made.parent == tmp_path and re.fullmatch(r"\d{8}-\d{6}-v2\.run_a-1", made.name), made.name
+    assert (tmp_path / "latest").resolve() == made.resolve()
+
+
+def test_a_named_folder_that_exists_gets_a_number(tmp_path):
+    from runmodel.folder import RunFolder
+
+    a = RunFolder.create(tmp_path, name="20250101-000000", label="x")
+    b = RunFolder.create(tmp_path, name="20250101-000000", label="x")
+    assert (a.path.name, b.path.name) == ("20250101-000000-x", "20250101-000000-x-2")
