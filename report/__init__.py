@@ -4,7 +4,8 @@ binned from the run model's records and from the per-strategy files analysis.sum
 it (goodput_timeline.json, retransmits_timeline.json, rto_events.json, dequeue.json): the pcaps are
 read once, by the summary. At the top of the page: the fidelity verdict.
 
-    run.py       RunView: the RunSummary and the RunFolder's typed records, read once
+    run.py       RunView: the RunSummary and the RunFolder's typed records, read once; IncastView
+                 for an incast sweep
     series.py    the data of the figures (per step, per poll, per bin), nothing the summary holds
     figures/     matplotlib figures on the Agg canvas, one module per job of the page
     doc.py       the document model: Document, Section, Paragraph, Bullets, Table, Figure, Callout
@@ -12,6 +13,7 @@ read once, by the summary. At the top of the page: the fidelity verdict.
                  registry of pages (Page: title, facts, callouts and sections in page order)
     html.py, markdown.py   the two renderers
     build.py     build_report(run_dir): all of it, written into the run folder
+    incast.py    build_incast_report(run_dir): the incast sweep's page, through the same registry
 """
 
 from report.build import build_report

@@ -11,6 +11,7 @@ from report.html import render_html
 from report.markdown import render_markdown
 from report.run import RunView
 from report.sections import RUN
+from runmodel.folder import RunFolder
 
 
 def build_document(
@@ -23,9 +24,10 @@ def build_document(
     return RUN.document(run, sections, callouts)
 
 
-def write_document(doc: Document, run: RunView) -> dict[str, Any]:
-    """report.html (self-contained), report.md and figures/<key>.png; stale PNGs of an older build go."""
-    folder = run.folder
+def write_document(doc: Document, run: RunView | RunFolder) -> dict[str, Any]:
+    """report.html (self-contained), report.md and figures/<key>.png into the run's folder (a RunView's,
+    or a RunFolder such as an IncastFolder); stale PNGs of an older build go."""
+    folder = run if isinstance(run, RunFolder) else run.folder
     folder.figures_dir.mkdir(parents=True, exist_ok=True)
     pngs = {}
     for f in doc.figures():

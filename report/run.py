@@ -4,6 +4,7 @@
 RunSummary (the figures of every table and finding), `folder` the RunFolder, and per strategy a
 StrategyView with the typed records the time series are binned from. A section of the report is a
 function of a RunView (report/sections/), so it gets the summary and the folder together.
+`IncastView.open(folder)` is the same for an incast sweep: incast.json and its collapsed round.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from runmodel import SCHEMA
 from runmodel.config import ExperimentConfig
 from runmodel.fabric import Plan
 from runmodel.folder import RunFolder, StrategyFolder
+from runmodel.incast import IncastFolder, IncastResult
 from runmodel.params import ParamError
 from runmodel.records import (
     CaptureReport,
@@ -240,3 +242,24 @@ class RunView:
         if key not in self.cache:
             self.cache[key] = make()
         return self.cache[key]
+
+
+@dataclass
+class IncastView:
+    """An incast sweep as its report sees it: incast.json (the IncastResult), the one collapsed round of
+    timeline.json (None when the sweep saved none) and the run folder's name."""
+
+    result: IncastResult
+    timeline: dict[str, Any] | None
+    name: str
+
+    @classmethod
+    def open(cls, folder: IncastFolder) -> IncastView:
+        """Read a sweep's folder; ParamError (one line) when it has no readable incast.json."""
+        result = folder.result()
+        if result is None:
+            raise ParamError(
+                f"{folder.path}: no readable incast.json (run `incastlab incast --rebuild {folder.path}`)"
+            )
+        tl = read_json(folder.timeline_file) if result.timeline.get("file") else None
+        return cls(result, tl if isinstance(tl, dict) else None, folder.path.name)

@@ -10,4 +10,5 @@ figure can be read without the text around it.
     traffic.py     goodput, per-receiver and per-flow heatmaps, link utilisation, bytes per link
     fidelity.py    departure-gap CDF, CPU over time
     stragglers.py  compute share, staleness, loss
+    incast.py      the incast sweep's curve and one collapsed round
 """

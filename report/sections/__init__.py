@@ -16,6 +16,7 @@ page order; a new section, or a verdict box at the top, is one more function in 
     traffic.py     goodput, link utilisation, bytes per link
     events.py      faults, controller events, holes in the statistics
     stragglers.py  stragglers and convergence
+    incast.py      the incast sweep's page (an IncastView: incast.json, timeline.json)
 
 Every number in a table or a sentence is a field of summary.json (the RunSummary), formatted here and
 nowhere computed; the figures plot the series of report/series.py.
@@ -26,8 +27,19 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from report.doc import Callout, Section
-from report.run import RunView
-from report.sections import cures, events, fidelity, overview, queues, stragglers, tables, timing, traffic
+from report.run import IncastView, RunView
+from report.sections import (
+    cures,
+    events,
+    fidelity,
+    incast,
+    overview,
+    queues,
+    stragglers,
+    tables,
+    timing,
+    traffic,
+)
 from report.sections.overview import facts
 from report.sections.page import Page
 
@@ -59,6 +71,20 @@ RUN: Page[RunView] = Page(
     callouts=CALLOUTS,
     sections=SECTIONS,
 )
-PAGES: dict[str, Page] = {"run": RUN}  # every kind of report page, by the kind of run it reports
+INCAST: Page[IncastView] = Page(
+    title=lambda sweep: f"incastlab incast: {sweep.name}",
+    status=lambda sweep: "complete" if sweep.result.complete else "incomplete",
+    facts=incast.facts,
+    callouts=[incast.fidelity_verdict, incast.goals, incast.not_run],
+    sections=[
+        incast.findings_section,
+        incast.curve,
+        incast.collapsed_round,
+        incast.cause,
+        incast.scaling,
+        incast.degraded_points,
+    ],
+)
+PAGES: dict[str, Page] = {"run": RUN, "incast": INCAST}  # every kind of report page, by its kind of run
 
-__all__ = ["CALLOUTS", "PAGES", "RUN", "SECTIONS", "Page", "facts"]
+__all__ = ["CALLOUTS", "INCAST", "PAGES", "RUN", "SECTIONS", "Page", "facts"]
