@@ -343,6 +343,8 @@ def losses_from_output(text: str) -> list[float]:
     return out
 
 
-def loss_for(step: int, losses: list[float]) -> float:
-    """The loss of step k (1-based) when the script printed one a step, else NaN."""
-    return losses[step - 1] if 0 < step <= len(losses) else math.nan
+def loss_for(step: int, losses: list[float]) -> float | None:
+    """The loss of step k (1-based) when the script printed one a step; None when it printed none
+    (e.g. a DDP script that prints on rank 0 only) or one that is not finite."""
+    loss = losses[step - 1] if 0 < step <= len(losses) else None
+    return loss if loss is not None and math.isfinite(loss) else None

@@ -36,6 +36,19 @@ def iteration_times(logs: dict[int, list[StepRecord]]) -> dict[int, float]:
     return {step: max(r.duration_s for r in recs) for step, recs in by_step(logs).items()}
 
 
+def first_and_final_loss(steps: dict[int, list[StepRecord]]) -> tuple[float | None, float | None]:
+    """The mean loss of the first and of the last step with a loss, over the workers that reported
+    one (a job's script may print it on rank 0 only); None when no worker reported any."""
+    means = [
+        statistics.fmean(losses)
+        for recs in steps.values()
+        if (losses := [r.loss for r in recs if r.loss is not None])
+    ]
+    if not means:
+        return None, None
+    return round(means[0], 5), round(means[-1], 5)
+
+
 def worker_figures(logs: dict[int, list[StepRecord]], out: StrategySummary) -> None:
     """Step timing, loss, throughput and compute share from the workers' step records."""
     steps = by_step(logs)
@@ -48,8 +61,7 @@ def worker_figures(logs: dict[int, list[StepRecord]], out: StrategySummary) -> N
     out.comm_time_s = round(statistics.median(r.comm_s for r in recs), 4)
     out.compute_time_s = round(statistics.median(r.compute_s for r in recs), 4)
     out.wait_time_s = round(statistics.median(r.wait_s for r in recs), 4)
-    out.first_loss = round(statistics.fmean(r.loss for r in steps[min(steps)]), 5)
-    out.final_loss = round(statistics.fmean(r.loss for r in steps[max(steps)]), 5)
+    out.first_loss, out.final_loss = first_and_final_loss(steps)
     t0, t1 = min(r.t_start for r in recs), max(r.t_end for r in recs)
     out.wall_time_s = round(t1 - t0, 3)
     out.throughput_samples_per_s = round(sum(r.samples for r in recs) / (t1 - t0), 2) if t1 > t0 else 0.0

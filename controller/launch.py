@@ -21,6 +21,7 @@ from controller.main import port_free
 from runmodel.config import ControllerOptions
 from runmodel.fabric import Plan
 from runmodel.folder import RunFolder
+from runmodel.records import write_json
 from topologies.processes import STOP_GRACE_S, stop_processes
 
 
@@ -80,7 +81,7 @@ class ControllerProcess:
         """Start the process and wait until its API answers."""
         self.check_ports()
         self.workdir.mkdir(parents=True, exist_ok=True)
-        self.plan_file.write_text(json.dumps(self.plan.to_dict(), indent=1))
+        write_json(self.plan_file, self.plan.to_dict())
         argv = [
             sys.executable,
             "-m",
@@ -143,9 +144,7 @@ class ControllerProcess:
 
     def set_phase(self, **phase: Any) -> None:
         """Tell the dashboard what the experiment is doing (the API itself stays read-only)."""
-        tmp = self.phase_file.with_suffix(".tmp")
-        tmp.write_text(json.dumps(dict(phase, t=time.time())))
-        os.replace(tmp, self.phase_file)
+        write_json(self.phase_file, dict(phase, t=time.time()))
 
     def kill(self) -> None:
         """SIGKILL, as a crash would (fault injection)."""

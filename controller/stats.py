@@ -8,7 +8,6 @@ keeps its statistics even when the controller dies.
 
 from __future__ import annotations
 
-import json
 import threading
 from collections import deque
 from collections.abc import Callable
@@ -16,6 +15,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from runmodel.fabric import Plan
+from runmodel.records import dumps
 
 PORT_FIELDS = (
     "tx_bytes",
@@ -140,7 +140,7 @@ class StatsStore:
         if sample["kind"] != "event":
             self.series.append(sample)
         if self._record is not None:
-            self._record.write(json.dumps(sample) + "\n")
+            self._record.write(dumps(sample, "controller.jsonl") + "\n")
 
     @staticmethod
     def _public(entry: dict[str, Any]) -> dict[str, Any]:

@@ -47,10 +47,10 @@ def loss_series(steps: dict[int, list[StepRecord]], t0: float) -> dict[str, list
     for recs in steps.values():
         for r in recs:
             by.setdefault(r.step, []).append(r)
-    ks = sorted(by)
+    ks = sorted(k for k in by if any(r.loss is not None for r in by[k]))  # steps some worker reported
     return {
         "steps": ks,
-        "loss": [statistics.fmean(r.loss for r in by[k]) for k in ks],
+        "loss": [statistics.fmean(r.loss for r in by[k] if r.loss is not None) for k in ks],
         "t": [max(r.t_end for r in by[k]) - t0 for k in ks],
     }
 

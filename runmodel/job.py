@@ -15,6 +15,7 @@ from typing import Any
 from runmodel.config import PS_FAMILY, ExperimentConfig, StrategySpec
 from runmodel.fabric import Plan
 from runmodel.folder import StrategyFolder
+from runmodel.records import write_json
 
 GLOO_PORT = 29500  # + the strategy's index in the run: each strategy gets fresh ports
 PS_PORT = 29600
@@ -97,8 +98,7 @@ class JobSpec:
 
     def write(self, path: Path) -> None:
         """Write job.json."""
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(self.to_dict(), indent=1))
+        write_json(path, self.to_dict())
 
     @classmethod
     def load(cls, path: Path) -> JobSpec:

@@ -3,13 +3,17 @@
 Files are JSON (replaced atomically) or JSON lines (appended and flushed line by line, so a crash
 loses at most the line being written; a torn last line is skipped by the reader and reported as a
 problem, never an exception). The field names are the file format: docs/DESIGN.md lists them.
+Every writer goes through `dumps`: strict JSON (RFC 8259), which has no NaN or Infinity, so a value
+that is missing is null and a NaN that reaches a writer is an error naming its key, never a file
+that JSON.parse or jq refuses.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import IO, Any, TypeVar
 
@@ -17,11 +21,41 @@ T = TypeVar("T")
 
 
 # -- plain files -----------------------------------------------------------------------------------
+def non_finite(doc: Any, where: str = "") -> str | None:
+    """The key path of the first NaN or infinity in `doc` (`strategies.job.first_loss`), or None."""
+    if isinstance(doc, float) and not math.isfinite(doc):
+        return where or "the value"
+    items = doc.items() if isinstance(doc, dict) else enumerate(doc) if isinstance(doc, list | tuple) else ()
+    for key, value in items:
+        found = non_finite(value, f"{where}.{key}" if where else str(key))
+        if found:
+            return found
+    return None
+
+
+def dumps(doc: Any, what: str = "", **kw: Any) -> str:
+    """`doc` as strict JSON (json.dumps's keywords apply); ValueError naming the key of a NaN or an
+    infinity (`what`: the file, for the message). A missing figure must be None, written null."""
+    try:
+        return json.dumps(doc, allow_nan=False, **kw)
+    except ValueError as exc:
+        where = non_finite(doc)
+        if where is None:
+            raise
+        raise ValueError(f"{what or 'JSON'}: {where} is not a number (NaN or infinite); not written") from exc
+
+
+def finite_or_none(x: float | None) -> float | None:
+    """x, or None when it is NaN or infinite: how a record says a number is missing."""
+    return x if x is None or math.isfinite(x) else None
+
+
 def write_json(path: Path, doc: Any) -> None:
-    """Write JSON atomically (a temporary file renamed over the target)."""
+    """Write strict JSON atomically (a temporary file renamed over the target)."""
+    text = dumps(doc, path.name, indent=1, default=str)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(doc, indent=1, default=str))
+    tmp.write_text(text)
     os.replace(tmp, path)
 
 
@@ -62,12 +96,11 @@ def read_jsonl(path: Path, problems: list[str] | None = None) -> list[dict[str, 
 
 
 def write_jsonl(path: Path, rows: list[dict[str, Any]]) -> None:
-    """Write rows as JSON lines (atomically)."""
+    """Write rows as strict JSON lines (atomically)."""
+    text = "".join(dumps(row, path.name) + "\n" for row in rows)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w") as f:
-        for row in rows:
-            f.write(json.dumps(row) + "\n")
+    tmp.write_text(text)
     os.replace(tmp, path)
 
 
@@ -82,7 +115,7 @@ class JsonlWriter:
     def write(self, record: Any) -> None:
         """One line: a record type (its to_dict) or a plain dict."""
         doc = record.to_dict() if hasattr(record, "to_dict") else record
-        self._f.write(json.dumps(doc, separators=(",", ":")) + "\n")
+        self._f.write(dumps(doc, self.path.name, separators=(",", ":")) + "\n")
         self._f.flush()
 
     def close(self) -> None:
@@ -128,7 +161,7 @@ class StepRecord:
     wait_s: float  # part of comm_s spent waiting for others (PS family: after the push was sent)
     bytes_sent: int  # gradient bytes this worker sent in the step (payload, not headers)
     bytes_recv: int  # weight/gradient bytes it received
-    loss: float
+    loss: float | None  # None: this worker reported none (a job's rank that prints no loss)
     samples: int
 
     @property
@@ -137,8 +170,8 @@ class StepRecord:
         return self.t_end - self.t_start
 
     def to_dict(self) -> dict[str, Any]:
-        """The log line."""
-        return asdict(self)
+        """The log line (a diverged, non-finite loss is written as none: JSON has no NaN)."""
+        return dict(asdict(self), loss=finite_or_none(self.loss))
 
 
 @dataclass(frozen=True)
@@ -170,10 +203,14 @@ def read_worker_log(path: Path, rank: int, problems: list[str] | None = None) ->
             log.done = True
         elif "step" in row and "event" not in row:
             try:
-                log.steps.append(_known(StepRecord, row))
+                rec = _known(StepRecord, row)
             except TypeError:
                 if problems is not None:
                     problems.append(f"{path.parent.name}/{path.name}: a step record lacks fields")
+                continue
+            if isinstance(rec.loss, float) and not math.isfinite(rec.loss):  # NaN: an older run's "none"
+                rec = replace(rec, loss=None)
+            log.steps.append(rec)
     log.steps.sort(key=lambda r: (r.step, r.t_start))
     return log
 

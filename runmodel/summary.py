@@ -55,8 +55,14 @@ class StrategySummary:
         "waiting for the others (PS family: after its push was sent)",
         source=W,
     )
-    first_loss: float | None = metric("mean over workers of the loss at the first step", source=W)
-    final_loss: float | None = metric("mean over workers of the loss at the last step", source=W)
+    first_loss: float | None = metric(
+        "mean loss at the first step with one, over the workers that reported a loss (a job: the ranks "
+        "that printed one); none when no worker did",
+        source=W,
+    )
+    final_loss: float | None = metric(
+        "mean loss at the last step with one, over the workers that reported a loss", source=W
+    )
     wall_time_s: float | None = metric("first step's start to last step's end, over all workers", source=W)
     throughput_samples_per_s: float | None = metric("samples of every worker's steps / wall_time_s", source=W)
     worker_compute_share: float | None = metric(
