@@ -8,6 +8,7 @@ code. What each figure means is defined once, in runmodel/summary.py.
 from __future__ import annotations
 
 import statistics
+from collections.abc import Iterable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -36,6 +37,19 @@ def iteration_times(logs: dict[int, list[StepRecord]]) -> dict[int, float]:
     return {step: max(r.duration_s for r in recs) for step, recs in by_step(logs).items()}
 
 
+def spread(values: Iterable[float]) -> tuple[float, float, float]:
+    """p10, median and p90 of some step times, rounded to 0.1 ms: a median with its spread over steps.
+    Percentiles interpolate linearly between the closest ranks (statistics' inclusive method, numpy's
+    default); one value is its own spread."""
+    data = sorted(values)
+    if len(data) == 1:
+        p10 = p90 = data[0]
+    else:
+        cuts = statistics.quantiles(data, n=10, method="inclusive")
+        p10, p90 = cuts[0], cuts[-1]
+    return round(p10, 4), round(statistics.median(data), 4), round(p90, 4)
+
+
 def first_and_final_loss(steps: dict[int, list[StepRecord]]) -> tuple[float | None, float | None]:
     """The mean loss of the first and of the last step with a loss, over the workers that reported
     one (a job's script may print it on rank 0 only); None when no worker reported any."""
@@ -57,10 +71,10 @@ def worker_figures(logs: dict[int, list[StepRecord]], out: StrategySummary) -> N
     if not steps:
         return
     recs = [r for rs in steps.values() for r in rs]
-    out.iter_time_s = round(statistics.median(iteration_times(logs).values()), 4)
-    out.comm_time_s = round(statistics.median(r.comm_s for r in recs), 4)
-    out.compute_time_s = round(statistics.median(r.compute_s for r in recs), 4)
-    out.wait_time_s = round(statistics.median(r.wait_s for r in recs), 4)
+    out.iter_time_p10_s, out.iter_time_s, out.iter_time_p90_s = spread(iteration_times(logs).values())
+    out.comm_time_p10_s, out.comm_time_s, out.comm_time_p90_s = spread(r.comm_s for r in recs)
+    out.compute_time_p10_s, out.compute_time_s, out.compute_time_p90_s = spread(r.compute_s for r in recs)
+    out.wait_time_p10_s, out.wait_time_s, out.wait_time_p90_s = spread(r.wait_s for r in recs)
     out.first_loss, out.final_loss = first_and_final_loss(steps)
     t0, t1 = min(r.t_start for r in recs), max(r.t_end for r in recs)
     out.wall_time_s = round(t1 - t0, 3)

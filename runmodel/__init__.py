@@ -8,4 +8,4 @@ its command-line flag (runmodel.params).
 """
 
 SCHEMA = 4  # version of config.json and summary.json (1: unversioned; 2: the run model; 3: bounds,
-# hottest PS port, CPU over the training window; 4: config.json's provenance)
+# hottest PS port, CPU over the training window; 4: config.json's provenance, p10/p90 of step times)

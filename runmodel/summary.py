@@ -25,6 +25,11 @@ def metric(doc: str, default: Any = None, *, factory: Any = None, source: str = 
 
 
 W, C, K, P, S = ("worker logs", "controller samples", "hosts.json (kernel)", "pcaps", "ps.jsonl")
+# the spread beside a median over steps: linear interpolation between the closest ranks (numpy's default)
+P10, P90 = (
+    "10th percentile (linear between closest ranks)",
+    "90th percentile (linear between closest ranks)",
+)
 
 
 @dataclass
@@ -44,17 +49,25 @@ class StrategySummary:
         "median over steps of the slowest worker's step time (t_end - t_start): what a step cost the job",
         source=W,
     )
+    iter_time_p10_s: float | None = metric(f"{P10} over steps of the slowest worker's step time", source=W)
+    iter_time_p90_s: float | None = metric(f"{P90} over steps of the slowest worker's step time", source=W)
     comm_time_s: float | None = metric(
         "median over all worker steps of comm_s: the time a worker spent "
         "exchanging gradients and weights, waiting for others included",
         source=W,
     )
+    comm_time_p10_s: float | None = metric(f"{P10} of every worker step's comm_s", source=W)
+    comm_time_p90_s: float | None = metric(f"{P90} of every worker step's comm_s", source=W)
     compute_time_s: float | None = metric("median over all worker steps of compute_s", source=W)
+    compute_time_p10_s: float | None = metric(f"{P10} of every worker step's compute_s", source=W)
+    compute_time_p90_s: float | None = metric(f"{P90} of every worker step's compute_s", source=W)
     wait_time_s: float | None = metric(
         "median over all worker steps of wait_s: the part of comm_s spent "
         "waiting for the others (PS family: after its push was sent)",
         source=W,
     )
+    wait_time_p10_s: float | None = metric(f"{P10} of every worker step's wait_s", source=W)
+    wait_time_p90_s: float | None = metric(f"{P90} of every worker step's wait_s", source=W)
     first_loss: float | None = metric(
         "mean loss at the first step with one, over the workers that reported a loss (a job: the ranks "
         "that printed one); none when no worker did",
