@@ -751,3 +751,27 @@ def test_page_at_1400px(tmp_path: Path) -> None:
             _screenshot(run / "report.html", ARTIFACTS / f"report-{run.name}-full.png", int(geo["h"]) + 20)
     finally:
         drv.quit()
+
+
+def test_an_incast_report_without_captures_is_built(tmp_path: Path) -> None:
+    """A sweep run with --capture none has no capture figures (None in incast.json): its report says
+    the client's idle time is unknown instead of failing on a None."""
+    from report.incast import build_incast_report
+
+    run = tmp_path / "incast"
+    shutil.copytree(FIXTURE_DIR.parent / "incast-small", run)
+    doc = json.loads((run / "incast.json").read_text())
+    for row in doc["rows"]:
+        for key in (
+            "timeout_idle_s",
+            "timeouts_pcap",
+            "timer_waits",
+            "lost_s",
+            "explained_s",
+            "explained_frac",
+        ):
+            row[key] = None
+    (run / "incast.json").write_text(json.dumps(doc))
+    out = build_incast_report(run)
+    assert Path(out["html"]).is_file()
+    assert "the client's idle time is not known" in (run / "report.md").read_text()

@@ -71,9 +71,12 @@ def findings(result: IncastResult) -> list[str]:
             f"with {top.senders} (lowest {worst.goodput_frac:.0%} at N={worst.senders}); at N={top.senders} "
             f"the senders' kernels counted {top.timeouts_kernel} timeouts and {top.loss_probes_kernel} loss "
             f"probes in {top.rounds} rounds, {top.timer_waits} timer waits on the slowest block of each "
-            f"round, and the client's "
-            f"link sat idle {top.timeout_idle_s:.2f} s of the {top.duration_s:.2f} s while a sender waited "
-            f"for its timer."
+            + (
+                f"round, and the client's link sat idle {top.timeout_idle_s:.2f} s of the "
+                f"{top.duration_s:.2f} s while a sender waited for its timer."
+                if top.timeout_idle_s is not None
+                else "round (no captures: the client's idle time is not known)."
+            )
         )
     collapsed = [r for r in result.rows if r.goodput_frac is not None and r.goodput_frac < 0.5]
     if collapsed:
