@@ -115,16 +115,18 @@ def test_config_json_records_the_version_commit_and_command_line(tmp_path, monke
     assert Provenance.from_dict(prov).command[1:4] == ("compare", "--steps", "2")
 
 
-def test_an_older_config_without_provenance_still_reads():
+def test_an_older_config_without_provenance_still_reads(tmp_path):
+    """tests/data/config-schema2.json: the config.json a schema-2 run wrote (run-small's, before 4)."""
     import json
 
     from runmodel.config import Provenance
     from runmodel.folder import RunFolder
 
-    folder = RunFolder(ROOT / "tests" / "data" / "run-small")
-    doc = json.loads(folder.config_file.read_text())
+    old = ROOT / "tests" / "data" / "config-schema2.json"
+    doc = json.loads(old.read_text())
     assert doc["schema"] == 2 and "provenance" not in doc
-    assert folder.config().strategies == tuple(doc["strategies"])
+    (tmp_path / "config.json").write_text(old.read_text())
+    assert RunFolder(tmp_path).config().strategies == tuple(doc["strategies"])
     assert Provenance.from_dict(doc.get("provenance")) is None
 
 
