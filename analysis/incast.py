@@ -29,7 +29,6 @@ Per point (runmodel.incast.IncastRow):
 
 from __future__ import annotations
 
-import math
 import statistics
 from pathlib import Path
 from typing import Any
@@ -600,50 +599,3 @@ def analyze_sweep(run_dir: Path | str) -> IncastResult:
             result.timeline = {"error": f"{type(exc).__name__}: {exc}"}
     write_json(folder.incast_file, result.to_dict())
     return result
-
-
-def _cell(v: Any, fmt: str) -> str:
-    if v is None or (isinstance(v, float) and math.isnan(v)):
-        return "-"
-    return fmt.format(v)
-
-
-def incast_table(result: IncastResult) -> str:
-    """The table printed at the end of `incastlab incast`: one row per point."""
-    cols = [
-        ("senders", "N", "{:d}", 4),
-        ("goodput_mbit", "Mbit/s", "{:.2f}", 8),
-        ("goodput_frac", "link", "{:.0%}", 6),
-        ("round_s_median", "round ms", None, 9),
-        ("timeouts_kernel", "RTOs kernel", "{:d}", 12),
-        ("timeouts_pcap", "RTOs pcap", "{:d}", 10),
-        ("loss_probes_kernel", "TLPs kernel", "{:d}", 12),
-        ("timer_waits", "waits", "{:d}", 6),
-        ("timeout_idle_s", "idle s", "{:.2f}", 7),
-        ("explained_frac", "explained", "{:.0%}", 10),
-    ]
-    width = max([len(r.line) for r in result.rows] + [5]) + 2
-    head = f"{'curve':<{width}}" + "".join(f"{c[1]:>{c[3]}}" for c in cols) + "  verdict"
-    out = [head, "-" * len(head)]
-    for r in result.rows:
-        cells = []
-        for key, _, fmt, w in cols:
-            v = getattr(r, key)
-            text = (
-                _cell(v * 1000, "{:.1f}")
-                if key == "round_s_median" and v is not None
-                else (_cell(v, fmt) if fmt else "-")
-            )
-            cells.append(f"{text:>{w}}")
-        state = r.verdict or "-"
-        if r.state != "complete":
-            state += f" ({r.state})"
-        out.append(f"{r.line:<{width}}" + "".join(cells) + f"  {state}")
-    for item in result.not_run:
-        out.append(f"{item['line']}: not run: {item['reason']}")
-    for g in result.goals:
-        mark = {True: "met", False: "NOT met", None: "not measured"}[g["met"]]
-        value = g["value"]
-        shown = f"{value:.0%}" if isinstance(value, float) else str(value)
-        out.append(f"goal {mark}: {g['goal']} (measured: {shown})")
-    return "\n".join(out)

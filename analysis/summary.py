@@ -530,30 +530,3 @@ def summarize(run_dir: Any) -> RunSummary:
     )
     write_json(folder.summary_file, summary.to_dict())
     return summary
-
-
-def comparison_table(summary: RunSummary) -> str:
-    """The side-by-side table printed at the end of `compare` (nccl-tests style columns)."""
-    cols = [
-        ("iter_time_s", "iter s", "{:.3f}"),
-        ("comm_time_s", "comm s", "{:.3f}"),
-        ("final_loss", "loss", "{:.4f}"),
-        ("ps_port_drops", "PS-port drops", "{:d}"),
-        ("queue_drops_total", "fabric drops", "{:d}"),
-        ("tcp_retransmits_kernel", "retx (kernel)", "{:d}"),
-        ("tcp_retransmits_pcap", "retx (pcap)", "{:d}"),
-        ("tcp_timeouts_kernel", "RTOs (kernel)", "{:d}"),
-        ("tcp_timeouts_pcap", "RTOs (pcap)", "{:d}"),
-        ("busiest_link_utilisation", "busiest link", "{:.0%}"),
-    ]
-    w = max([len("strategy"), *map(len, summary.strategies)]) + 2  # a variant's name fits its column
-    head = f"{'strategy':<{w}}" + "".join(f"{c[1]:>15}" for c in cols)
-    rows = [head, "-" * len(head)]
-    for name, fig in summary.strategies.items():
-        cells = []
-        for key, _, fmt in cols:
-            v = getattr(fig, key)
-            cells.append(f"{fmt.format(v):>15}" if isinstance(v, int | float) else f"{'-':>15}")
-        note = "" if fig.state == "complete" else f"  ({fig.state})"
-        rows.append(f"{name:<{w}}" + "".join(cells) + note)
-    return "\n".join(rows)

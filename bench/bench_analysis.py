@@ -24,6 +24,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from analysis.pcapfile import read_pcap  # noqa: E402
 from analysis.tcp import analyze  # noqa: E402
+from report.console import goal_text  # noqa: E402
 
 
 def _frame(
@@ -166,7 +167,8 @@ def main(argv: list[str]) -> int:
             print(
                 f"RATIO: incastlab read+analyze is {ratio:.1f}x faster than tshark -Y "
                 f"tcp.analysis.retransmission ({t_full / ours_s:.1f}x a full tshark pass); "
-                f"goal >= 10x: {'met' if ratio >= 10 else 'NOT met'}"
+                + "goal "
+                + goal_text("read+analyze >= 10x faster than tshark", ratio >= 10)
             )
             if ts_retx[-1] != retx:
                 print(f"WARNING: retransmissions differ: ours {retx}, tshark {ts_retx[-1]}")

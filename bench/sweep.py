@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from analysis.bounds import WIRE_PER_PAYLOAD
+from report.console import Col, Table, goal_text
 
 MIB = 2**20
 
@@ -249,43 +250,49 @@ def size_label(size: float) -> str:
     return f"{nominal // MIB} MiB" if nominal >= MIB else f"{nominal // 1024} KiB"
 
 
-def table(rows: list[dict[str, Any]], n: int) -> str:
-    """The nccl-tests style table: one line per collective and size."""
-    head = (
-        f"{'size':>9}{'count':>10} {'collective':<32}{'time s':>9}{'min s':>9}{'algbw':>8}{'busbw':>8}"
-        f"{'bus/link':>9}{'bound s':>9}{'ps/ring':>8}{'theory':>8}{'model':>7}"
-    )
-    units = f"{'':>9}{'floats':>10} {'':<32}{'':>9}{'':>9}{'Mb/s':>8}{'Mb/s':>8}"
-    lines = [f"# N = {n} workers", head, units, "-" * len(head)]
-    for r in rows:
-        line = (
-            f"{size_label(r['size_bytes']):>9}{r['size_bytes'] // 4:>10} {r['collective']:<32}"
-            f"{r['time_s']:>9.3f}{r['min_time_s']:>9.3f}{r['algbw_mbit']:>8.2f}{r['busbw_mbit']:>8.2f}"
-            f"{r['busbw_over_link']:>9.0%}"
+def table(
+    rows: list[dict[str, Any]], n: int, fidelity_said: str = "", largest: dict[str, Any] | None = None
+) -> str:
+    """The nccl-tests style table: one line per collective and size; the number of workers, what the
+    emulator could give the sweep (fidelity()'s text) and the ring's goal in the footer."""
+    cols = [
+        Col("size", "", lambda r: size_label(r["size_bytes"])),
+        Col("count", "floats", lambda r: r["size_bytes"] // 4, "{:d}"),
+        Col("collective", "", "collective", align="<"),
+        Col("time", "s", "time_s", "{:.3f}"),
+        Col("min", "s", "min_time_s", "{:.3f}"),
+        Col("algbw", "Mb/s", "algbw_mbit", "{:.2f}"),
+        Col("busbw", "Mb/s", "busbw_mbit", "{:.2f}"),
+        Col("bus/link", "share", "busbw_over_link", "{:.0%}"),
+        Col("ring/gloo", "ratio", "ring_over_gloo", "{:.2f}"),
+        Col("vs gloo", "", "ring_vs_gloo", align="<"),
+        Col("bound", "s", "bound_s", "{:.3f}"),
+        Col("ps/ring", "ratio", "ps_over_ring", "{:.2f}"),
+        Col("theory", "ratio", "ps_over_ring_theory", "{:.2f}"),
+        Col("model", "ratio", "ps_over_ring_model", "{:.2f}"),
+    ]
+    footer = [f"N = {n} workers", f"fidelity: {fidelity_said or 'no CPU samples, no probes'}"]
+    ring = (largest or {}).get("ring")
+    if ring:
+        goal = (
+            f"ring busbw at {size_label(ring['size_bytes'])} >= "
+            f"{ring['goal_busbw_over_link']:.0%} of the link"
         )
-        if "ring_over_gloo" in r:
-            line += f"   ring/gloo {r['ring_over_gloo']:.2f} {r.get('ring_vs_gloo', '')}".rstrip()
-        if "bound_s" in r:
-            line += f"{r['bound_s']:>9.3f}"
-            if "ps_over_ring" in r:
-                line += (
-                    f"{r['ps_over_ring']:>8.2f}{r['ps_over_ring_theory']:>8.2f}"
-                    f"{r.get('ps_over_ring_model', float('nan')):>7.2f}"
-                )
-        lines.append(line)
-    return "\n".join(lines)
+        footer.append(f"goal {goal_text(goal, ring['goal_met'], ring['busbw_over_link'])}")
+    return Table(cols, rows, footer=footer).render()
 
 
 def fit_table(fits: list[dict[str, Any]]) -> str:
     """One line per collective: α per exchange, β against 1/B, the worst residual."""
-    lines = [f"{'collective':<32}{'steps':>6}{'alpha ms':>10}{'beta*B':>8}{'link eff':>9}{'max resid':>10}"]
-    for f in fits:
-        eff = f"{f['link_efficiency']:.0%}" if f["link_efficiency"] else "-"
-        lines.append(
-            f"{f['collective']:<32}{f['steps']:>6}{f['alpha_s'] * 1e3:>10.2f}"
-            f"{f['beta_over_link']:>8.3f}{eff:>9}{f['max_rel_residual']:>10.1%}"
-        )
-    return "\n".join(lines)
+    cols = [
+        Col("collective", "", "collective", align="<"),
+        Col("steps", "", "steps", "{:d}"),
+        Col("alpha", "ms", lambda f: f["alpha_s"] * 1e3, "{:.2f}"),
+        Col("beta*B", "", "beta_over_link", "{:.3f}"),
+        Col("link eff", "share", lambda f: f["link_efficiency"] or None, "{:.0%}"),
+        Col("max resid", "share", "max_rel_residual", "{:.1%}"),
+    ]
+    return Table(cols, fits).render()
 
 
 def alpha_breakdown(

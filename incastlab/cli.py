@@ -218,7 +218,8 @@ def cmd_experiment(args: argparse.Namespace) -> int:
 
 def finish(run_dir: Path, error: str | None) -> None:
     """Summary, table and report of whatever the run produced (also after a failure)."""
-    from analysis.summary import comparison_table, summarize
+    from analysis.summary import summarize
+    from report.console import comparison_table
 
     try:
         say("summary: computing figures")

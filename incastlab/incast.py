@@ -386,7 +386,8 @@ def run_sweep(
 # -- the command --------------------------------------------------------------------------------------
 def finish(run_dir: Path, say: Callable[[str], None]) -> int:
     """incast.json, the table and the report from a run folder's files; 0, or 1 if a step failed."""
-    from analysis.incast import analyze_sweep, incast_table
+    from analysis.incast import analyze_sweep
+    from report.console import incast_table
 
     try:
         say("analysis: reading the captures and counters of every point")

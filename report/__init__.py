@@ -12,6 +12,8 @@ read once, by the summary. At the top of the page: the fidelity verdict.
     sections/    the callouts and sections of each page, one function of the view each, and the
                  registry of pages (Page: title, facts, callouts and sections in page order)
     html.py, markdown.py   the two renderers
+    console.py   the tables the commands print (compare, incast, make bench): a header row, a units
+                 row, the rows and `#` footer lines with the fidelity and goal verdicts
     build.py     build_report(run_dir): all of it, written into the run folder
     incast.py    build_incast_report(run_dir): the incast sweep's page, through the same registry
 """

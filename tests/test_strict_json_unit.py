@@ -89,7 +89,8 @@ def rank0_only(run: Path, strategy: str, missing: str) -> list[float]:
 
 @pytest.mark.parametrize("missing", ["NaN", "null"])
 def test_summary_of_a_rank0_loss_job_is_strict_json_with_rank0s_loss(tmp_path, missing):
-    from analysis.summary import comparison_table, summarize
+    from analysis.summary import summarize
+    from report.console import comparison_table
 
     run = tmp_path / "run"
     shutil.copytree(RUN_SMALL, run)

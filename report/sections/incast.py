@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from report.console import goal_text
 from report.doc import Bullets, Callout, Column, Figure, Paragraph, Row, Section, Table
 from report.figures.base import to_png
 from report.figures.incast import curve_figure, timeline_figure
@@ -191,11 +192,8 @@ def goals(view: IncastView) -> Callout | None:
     """Each goal of the sweep: met, not met or not measured, with the measured value."""
     items = []
     for g in view.result.goals:
-        mark = {True: "met", False: "NOT met", None: "not measured"}[g.get("met")]
-        v = g.get("value")
-        shown = f"{v:.0%}" if isinstance(v, float) else str(v)
         items.append(
-            f"{mark}: {g['goal']} (measured {shown})"
+            goal_text(g["goal"], g.get("met"), g.get("value"))
             + (f"; short: {', '.join(g['short'][:6])}" if g.get("short") else "")
         )
     if not items:
