@@ -1,16 +1,23 @@
-"""Incast cures in training, for real: a sharded PS trains like the single PS, and a variant's TCP
+"""Incast cures in training, for real: what a cure changes is checked on the wire and in the
+switches' queues, against figures worked out by hand from the run's config (gradient bytes S,
+workers N, shards K, link rate B), not against the product's own summary; and a variant's TCP
 settings are in effect inside the hosts while it runs and gone after it."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
+from runmodel.records import read_queue_samples
 from tests.conftest import MITIGATE_VARIANTS as VARIANTS
 from tests.conftest import run_cli
+from tests.tshark import tshark_fields, tshark_unique_bytes
 
 pytestmark = pytest.mark.integration
+SHARDED = "ps_shards-2"
+COLOCATED = "ps_shards-2_placement-colocated_rto_min_ms-1_cc-reno"
 
 
 @pytest.fixture
@@ -18,17 +25,68 @@ def cured(mitigate_run):
     return mitigate_run
 
 
+def _doc(path: Path) -> dict:
+    return json.loads(path.read_text())
+
+
+def _theory(run: Path) -> tuple[int, int, float, float]:
+    """(N workers, T steps, S gradient bytes, B host link bits/s) from the run's config.json."""
+    cfg = _doc(run / "config.json")
+    return cfg["workers"], cfg["steps"], cfg["grad_mb"] * 2**20, cfg["fabric"]["host_mbit"] * 1e6
+
+
+def _switch_port(run: Path) -> dict[str, str]:
+    """plan.json: each host's switch port, the interface whose queue feeds it (lf1-eth3 for h1)."""
+    return {h["name"]: f"{h['leaf']}-eth{h['port']}" for h in _doc(run / "plan.json")["hosts"]}
+
+
+def _shards(folder: Path) -> list[tuple[str, str, int]]:
+    """(host, address, port) of each PS shard, from the variant's job.json."""
+    return [(k["host"], k["addr"], k["port"]) for k in _doc(folder / "job.json")["shards"]]
+
+
+def _gradient_bytes(folder: Path) -> dict[str, int]:
+    """Per shard host, the gradient payload that reached it over its link: every byte of every
+    connection toward its PS port at least once, from its own capture, counted by tshark."""
+    out = {}
+    for host, addr, port in _shards(folder):
+        flows = tshark_unique_bytes(folder / "pcap" / f"{host}.pcap")
+        out[host] = sum(
+            n for (_st, _src, sport, dst), n in flows.items() if dst == addr and sport != str(port)
+        )
+    return out
+
+
+def _wire_span(folder: Path) -> float:
+    """Seconds from the first gradient byte to the last model byte on the workers' own links: the
+    T steps as the captures saw them."""
+    ports = " || ".join(f"tcp.port == {p}" for p in {p for _h, _a, p in _shards(folder)})
+    times = [
+        float(t)
+        for rank in _doc(folder / "job.json")["ranks"]
+        for (t,) in tshark_fields(
+            folder / "pcap" / f"{rank['host']}.pcap", "frame.time_epoch", display=f"tcp.len > 0 && ({ports})"
+        )
+    ]
+    return max(times) - min(times)
+
+
+def _tc_drops(folder: Path) -> dict[str, int]:
+    """Per switch port, the packets its queue dropped while the variant ran: the last minus the first
+    reading of `tc -s class` (queue_depth.jsonl holds the readings, taken every 10 ms)."""
+    first: dict[str, int] = {}
+    last: dict[str, int] = {}
+    for s in read_queue_samples(folder / "queue_depth.jsonl"):
+        first.setdefault(s.port, s.drops)
+        last[s.port] = s.drops
+    return {port: last[port] - first[port] for port in last}
+
+
 def test_each_variant_is_a_row_and_a_folder_of_its_own(cured):
     run, proc = cured
-    summary = json.loads((run / "summary.json").read_text())
+    summary = _doc(run / "summary.json")
     assert list(summary["strategies"]) == VARIANTS.split(",")
-    for folder in (
-        "ps",
-        "ps_shards-2_rto_min_ms-1_cc-reno",
-        "ps_shards-2_placement-colocated",
-        "ps_pull-serial",
-        "ring",
-    ):
+    for folder in ("ps", SHARDED, COLOCATED, "ps_pull-serial", "ring"):
         assert (run / folder / "status.json").exists(), folder
     for name in VARIANTS.split(","):
         assert name in proc.stdout
@@ -36,14 +94,63 @@ def test_each_variant_is_a_row_and_a_folder_of_its_own(cured):
 
 def test_a_sharded_ps_trains_exactly_like_the_single_ps(cured):
     run, _ = cured
-    s = json.loads((run / "summary.json").read_text())["strategies"]
+    s = _doc(run / "summary.json")["strategies"]
     losses = {name: fig["final_loss"] for name, fig in s.items()}
     assert len({round(v, 4) for v in losses.values()}) == 1, losses
-    job = json.loads((run / "ps_shards-2_rto_min_ms-1_cc-reno" / "job.json").read_text())
-    assert [k["host"] for k in job["shards"]] == ["h1", "h5"]  # two leaves
-    assert (run / "ps_shards-2_rto_min_ms-1_cc-reno" / "ps-1.jsonl").stat().st_size > 0
-    colocated = json.loads((run / "ps_shards-2_placement-colocated" / "job.json").read_text())
-    assert [k["host"] for k in colocated["shards"]] == [r["host"] for r in colocated["ranks"][:2]]
+
+
+def test_each_shard_link_carries_its_share_of_the_gradient(cured):
+    """Each of the K PS hosts gets T N S / K gradient bytes over its link (the single PS all of
+    T N S); colocated shards T (N - 1) S / K, as the slice of the worker on the shard's own host never
+    leaves it. Captured on the PS hosts and counted by tshark; the protocol's headers add well
+    under 1 %. Dedicated shards sit on leaves of their own (plan.json)."""
+    run, _ = cured
+    n, steps, grad, _ = _theory(run)
+    leaf = {h["name"]: h["leaf"] for h in _doc(run / "plan.json")["hosts"]}
+    for folder, k, senders in (("ps", 1, n), (SHARDED, 2, n), (COLOCATED, 2, n - 1)):
+        got = _gradient_bytes(run / folder)
+        want = steps * senders * grad / k
+        print(f"{folder}: gradient bytes per PS link {got}, T x {senders} x S / {k} = {want:.0f}")
+        assert len(got) == k, f"{folder}: {k} shards, on {len(got)} hosts"
+        for host, bytes_in in got.items():
+            assert abs(bytes_in - want) <= 0.01 * want, (folder, host, bytes_in, want)
+    assert len({leaf[h] for h, _a, _p in _shards(run / SHARDED)}) == 2, "dedicated shards on two leaves"
+
+
+def test_two_shards_halve_the_step_on_the_wire_and_the_summary_says_so(cured):
+    """The single PS's link carries N S in and N S out per step, two shards' links half of it each:
+    the steps take about half as long (push-then-pull: 2 N S / (K B) a step), seen from the first
+    gradient byte to the last model byte in the workers' captures. The summary's iteration time, the
+    headline figure, must tell the same story: each within 20 % of the wire's T steps."""
+    run, _ = cured
+    _, steps, _, _ = _theory(run)
+    s = _doc(run / "summary.json")["strategies"]
+    span = {name: _wire_span(run / name) for name in ("ps", SHARDED)}
+    iters = {name: s[v]["iter_time_s"] for name, v in (("ps", "ps"), (SHARDED, "ps:shards=2"))}
+    print(
+        f"wire time of {steps} steps {span}; summary's iter_time_s x {steps}: "
+        f"{ {k: round(v * steps, 3) for k, v in iters.items()} }"
+    )
+    assert span[SHARDED] < 0.75 * span["ps"], span
+    for name in span:
+        assert abs(iters[name] * steps - span[name]) <= 0.2 * span[name], (name, iters[name], span[name])
+
+
+def test_the_hottest_ps_port_drops_less_with_two_shards(cured):
+    """The queue in front of a PS host overflows when the N pushes arrive together; with K shards
+    each such port takes N S / K a step instead of N S, so the hottest of them drops fewer packets.
+    Counted by tc at the switch ports plan.json puts in front of the shard hosts."""
+    run, _ = cured
+    port = _switch_port(run)
+    hottest = {}
+    for folder in ("ps", SHARDED):
+        drops = _tc_drops(run / folder)
+        at_ps = {port[h]: drops.get(port[h], 0) for h, _a, _p in _shards(run / folder)}
+        nonzero = {k: v for k, v in drops.items() if v}
+        print(f"{folder}: drops at the PS ports {at_ps}, at all ports {nonzero}")
+        hottest[folder] = max(at_ps.values())
+    assert hottest["ps"] > 0, "the single PS's port overflowed: an incast to cure"
+    assert hottest[SHARDED] < hottest["ps"], hottest
 
 
 def _reply_spreads(folder) -> list[float]:
@@ -62,7 +169,6 @@ def test_a_serial_pull_answers_one_worker_after_another(cured):
     plain PS sends them all at once, so they arrive much closer together."""
     run, _ = cured
     job = json.loads((run / "ps_pull-serial" / "job.json").read_text())
-    assert job["pull"] == "serial"
     link_mbit = json.loads((run / "config.json").read_text())["fabric"]["host_mbit"]
     one_model_s = job["grad_mb"] * 2**20 * 8 / (link_mbit * 1e6)  # S / B on the PS's link
     serial, together = _reply_spreads(run / "ps_pull-serial"), _reply_spreads(run / "ps")
@@ -82,15 +188,13 @@ def test_a_variants_tcp_is_in_effect_while_it_runs_and_gone_after(cured):
             h: {k: v[k] for k in ("cc", "rto_min_ms")}
             for h, v in json.loads((run / d / "status.json").read_text())["tcp"].items()
         }
-        for d in ("ps", "ps_shards-2_rto_min_ms-1_cc-reno", "ring")
+        for d in ("ps", COLOCATED, "ring")
     }
-    assert tcp["ps_shards-2_rto_min_ms-1_cc-reno"] and all(
-        v == {"cc": "reno", "rto_min_ms": 1.0} for v in tcp["ps_shards-2_rto_min_ms-1_cc-reno"].values()
-    )
+    assert tcp[COLOCATED] and all(v == {"cc": "reno", "rto_min_ms": 1.0} for v in tcp[COLOCATED].values())
     for d in ("ps", "ring"):  # before it and after it: the run's own settings, read from the kernel
         assert all(v == {"cc": "cubic", "rto_min_ms": 200.0} for v in tcp[d].values()), (d, tcp[d])
     s = json.loads((run / "summary.json").read_text())["strategies"]
-    got = s["ps:shards=2:rto_min_ms=1:cc=reno"]["tcp"]
+    got = s["ps:shards=2:placement=colocated:rto_min_ms=1:cc=reno"]["tcp"]
     assert (got["cc"], got["rto_min_ms"]) == ("reno", 1.0)
 
 
