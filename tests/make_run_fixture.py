@@ -30,7 +30,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURE_DIR = Path(__file__).resolve().parent / "data" / "run-small"
-LOCK = "/tmp/incastlab-dev.lock"
+LOCK = "/tmp/incastlab-fabric.lock"  # one network experiment on this machine at a time
 COMMAND = ["compare", "--strategies", "ps,ring", "--steps", "3", "--workers", "3", "--capture", "all"]
 SKIP_RUN = ("controller.jsonl", "controller.log", "report.html", "report.md", "figures")  # not read again
 SKIP_STRATEGY = ("*.stderr",)  # the processes' stderr: nothing reads it after the run

@@ -98,10 +98,19 @@ def edit_json(path: Path, **changes: Any) -> None:
 
 
 def copy_run(dest: Path) -> Path:
-    """A copy of the fixture whose summary.json is what today's code writes for it."""
+    """A copy of the fixture as recorded (its summary.json is the real run's own)."""
     shutil.copytree(FIXTURE_DIR, dest)
-    summarize(dest)
     return dest
+
+
+def test_the_recorded_summary_is_what_todays_code_computes(tmp_path: Path) -> None:
+    """The fixture's summary.json was written by the run itself; today's analysis must compute the
+    same figures from the same records (after a deliberate change of a figure, regenerate it:
+    python tests/make_run_fixture.py)."""
+    recorded = summary_of(FIXTURE_DIR)
+    run = copy_run(tmp_path / "run")
+    summarize(run)
+    assert hot_sorted(summary_of(run)) == hot_sorted(recorded), "regenerate: python tests/make_run_fixture.py"
 
 
 @pytest.fixture(scope="module")
