@@ -115,7 +115,7 @@ def comparison_table(summary: Any) -> str:
                 ("comm_time_s", "comm", "s", "{:.3f}"),
                 ("final_loss", "loss", "", "{:.4f}"),
                 ("ps_port_drops", "PS-port drops", "pkts", "{:d}"),
-                ("queue_drops_total", "fabric drops", "pkts", "{:d}"),
+                ("queue_drops_total", "queue drops", "pkts", "{:d}"),
                 ("tcp_retransmits_kernel", "retx (kernel)", "segs", "{:d}"),
                 ("tcp_retransmits_pcap", "retx (pcap)", "segs", "{:d}"),
                 ("tcp_timeouts_kernel", "RTOs (kernel)", "count", "{:d}"),
