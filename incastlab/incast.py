@@ -21,11 +21,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from capture.counters import counter_deltas, read_host_counters
-from capture.cpu import CpuSampler
-from capture.pcap import CapturePoint, PcapCapture
-from capture.queue_depth import QueueSampler
+from incastlab.record import Recorder
 from incastlab.session import Session
+from runmodel.fabric import Plan
 from runmodel.folder import RunFolder
 from runmodel.incast import (
     OPTIONAL_LINES,
@@ -41,7 +39,7 @@ from runmodel.incast import (
     ServerSet,
 )
 from runmodel.params import ParamError
-from runmodel.records import HostCounters, Status, read_jsonl, write_json
+from runmodel.records import Status, read_jsonl, write_json
 from topologies import hosttcp
 from topologies.fabric import kernel_config, qdisc_available
 from topologies.processes import stop_processes
@@ -51,6 +49,11 @@ SERVER_START_S = 20.0  # at least; a sweep's --timeout when longer (15 Pythons s
 
 class PointError(RuntimeError):
     """A point could not be measured (its client failed or hung); the sweep goes on."""
+
+
+def client_port(plan: Plan, cfg: IncastConfig) -> str:
+    """The client's leaf port: the bottleneck's egress, its one shallow buffer and a capture point."""
+    return plan.host(cfg.client).leaf_port
 
 
 # -- what this kernel can run -------------------------------------------------------------------------
@@ -132,7 +135,7 @@ def environment(sess: Session, cfg: IncastConfig) -> dict[str, Any]:
             "available_cc": hosttcp.available_cc(),
             "rto_min_settable": hosttcp.rto_min_settable(),
             "ecn_marking": qdisc_available("red"),
-            "client_port": cfg.plan().ps_port.name,
+            "client_port": client_port(sess.plan, cfg),
         }
     )
     env.pop("torch", None)
@@ -210,12 +213,11 @@ def _tail(path: Path) -> str:
 
 def apply_line(sess: Session, cfg: IncastConfig, s: LineSettings) -> dict[str, Any]:
     """Buffers and TCP of one curve; returns what the kernel reports back (settings.json)."""
-    plan = sess.plan
-    client_port = plan.ps_port.name
-    others = sorted(p for p in plan.port_names() if p != client_port)
+    port = client_port(sess.plan, cfg)
+    others = sorted(p for p in sess.plan.port_names() if p != port)
     sess.fabric.set_port_buffer(others, cfg.fabric_buffer_pkts)
     mark = max(1, s.buffer_pkts // 4) if s.ecn else None
-    sess.fabric.set_port_buffer([client_port], s.buffer_pkts, ecn_mark_pkts=mark)
+    sess.fabric.set_port_buffer([port], s.buffer_pkts, ecn_mark_pkts=mark)
     rto: float | None = s.rto_min_ms if hosttcp.rto_min_settable() else None
     read = sess.set_tcp(
         s.cc,
@@ -226,7 +228,7 @@ def apply_line(sess: Session, cfg: IncastConfig, s: LineSettings) -> dict[str, A
     return {
         "asked": dataclasses.asdict(s),
         "kernel": {h: dataclasses.asdict(got) for h, got in read.items()},
-        "client_port": client_port,
+        "client_port": port,
         "ecn_mark_pkts": mark,
         "other_ports_buffer_pkts": cfg.fabric_buffer_pkts,
     }
@@ -244,7 +246,6 @@ def run_point(
     say: Callable[[str], None],
 ) -> Status:
     """One sender count of one curve, measured into its folder; always leaves status.json."""
-    plan = sess.plan
     pf.path.mkdir(parents=True, exist_ok=True)
     pf.write_status(Status("running"))
     hosts = [cfg.client, *cfg.servers(n)]
@@ -258,24 +259,22 @@ def run_point(
         log=str(pf.client_log),
     )
     job.write(pf.job_file)
-    ports = [plan.ps_port.name] + sorted(p for p in plan.port_names() if p != plan.ps_port.name)
-    before = {h: read_host_counters(h, sess.fabric.host(h).shell.pid) for h in plan.host_names}
-    sampler = QueueSampler(ports, pf.queue_depth_file, interval=cfg.queue_sample_ms / 1000.0)
-    cpu = CpuSampler(pf.cpu_file)
-    captures: PcapCapture | None = None
+    rec = Recorder(
+        sess,
+        pf,
+        say,
+        port=client_port(sess.plan, cfg),
+        port_point="client-port",
+        hosts=hosts,
+        capture=cfg.capture,
+        snaplen=cfg.snaplen,
+        queue_sample_ms=cfg.queue_sample_ms,
+    )
     state, error = "failed", None
     t_start = t_end = time.time()
     proc = None
     try:
-        sampler.start()
-        cpu.start()
-        if cfg.capture == "all":
-            points = [CapturePoint("client-port", plan.ps_port.name, pf.pcap("client-port"))]
-            points += [
-                CapturePoint(h, plan.host(h).nic, pf.pcap(h), popen=sess.fabric.host(h).popen) for h in hosts
-            ]
-            captures = PcapCapture(points, snaplen=cfg.snaplen, base_dir=pf.path)
-            captures.start()
+        rec.start()
         t_start = time.time()
         argv = [sys.executable, "-u", "-m", "workloads.incast", "client", "--job", str(pf.job_file)]
         with open(pf.client_stderr, "wb") as err:
@@ -300,33 +299,9 @@ def run_point(
         t_end = time.time()
         if proc is not None:
             stop_processes([proc])
-        _save(sess, pf, before, captures, sampler, cpu, say)
+        rec.stop(t_start, t_end)
         pf.write_status(Status(state, error, t_start, t_end))
     return Status(state, error, t_start, t_end)
-
-
-def _save(
-    sess: Session,
-    pf: PointFolder,
-    before: dict[str, HostCounters],
-    captures: PcapCapture | None,
-    sampler: QueueSampler,
-    cpu: CpuSampler,
-    say: Callable[[str], None],
-) -> None:
-    """Counters, captures, samples of a point into its folder; each on its own."""
-    try:
-        after = {h: read_host_counters(h, sess.fabric.host(h).shell.pid) for h in before}
-        write_json(pf.hosts_file, {h: counter_deltas(before[h], after[h]).to_dict() for h in after})
-    except Exception as exc:  # noqa: BLE001 - a dead host must not lose the other records
-        say(f"{pf.name}: could not read host counters: {exc}")
-    if captures is not None:
-        captures.stop()
-    try:
-        write_json(pf.queue_depth_summary_file, sampler.stop())
-    except Exception as exc:  # noqa: BLE001 - a sampler that never started has nothing to say
-        say(f"{pf.name}: queue sampler: {exc}")
-    cpu.stop()
 
 
 def quick_figures(pf: PointFolder, cfg: IncastConfig, hosts: list[str]) -> str:

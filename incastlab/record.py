@@ -1,5 +1,6 @@
-"""What one strategy leaves besides its processes' own logs: captures, queue samples, the
-kernel's counters per host, and the controller's samples of the strategy's window.
+"""What one run's window leaves besides its processes' own logs: captures, queue samples, CPU, the
+kernel's counters per host, and the controller's samples of the window. One recorder for a
+strategy of compare or job (Recorder.for_strategy) and for a point of incast (incastlab.incast).
 
 Everything is written into the strategy's folder as it is produced or as soon as it is known, so
 an interrupted run keeps what was measured.
@@ -21,60 +22,97 @@ from runmodel.records import HostCounters, read_jsonl, write_json, write_jsonl
 
 
 class Recorder:
-    """Starts and stops the measurements of one strategy around its processes."""
+    """Starts and stops the measurements of one run's window around its processes.
+
+    The caller names what is watched: `port`, the bottleneck switch port (sampled first, captured as
+    `port_point`), and `hosts`, captured at their NIC when `capture` is "all" ("none": no capture, any
+    other value: the port only). The queue sampler covers every switch port and the kernel counters
+    every host. `controller_interval` set: the controller's samples of the window are saved too.
+    """
 
     def __init__(
         self,
         session: Any,
-        cfg: ExperimentConfig,
         folder: StrategyFolder,
-        participants: list[str],
         say: Callable[[str], None],
+        *,
+        port: str,
+        port_point: str,
+        hosts: list[str],
+        capture: str,
+        snaplen: int,
+        queue_sample_ms: float,
+        controller_interval: float | None = None,
     ) -> None:
         self.s = session
-        self.cfg = cfg
         self.folder = folder
-        self.participants = participants  # hosts whose traffic is captured
         self.say = say
+        self.port = port
+        self.port_point = port_point
+        self.hosts = hosts
+        self.capture = capture
+        self.snaplen = snaplen
+        self.queue_sample_ms = queue_sample_ms
+        self.controller_interval = controller_interval
         self.captures: PcapCapture | None = None
         self.sampler: QueueSampler | None = None
         self.cpu: CpuSampler | None = None
         self.before: dict[str, HostCounters] = {}
 
+    @classmethod
+    def for_strategy(
+        cls,
+        session: Any,
+        cfg: ExperimentConfig,
+        folder: StrategyFolder,
+        participants: list[str],
+        say: Callable[[str], None],
+    ) -> Recorder:
+        """One strategy of compare or job: the PS port, the strategy's hosts, the controller's samples."""
+        return cls(
+            session,
+            folder,
+            say,
+            port=session.plan.ps_port.name,
+            port_point="ps-port",
+            hosts=participants,
+            capture=cfg.capture,
+            snaplen=cfg.snaplen,
+            queue_sample_ms=cfg.queue_sample_ms,
+            controller_interval=cfg.controller.interval,
+        )
+
     def _counters(self) -> dict[str, HostCounters]:
         return {h: read_host_counters(h, self.s.fabric.host(h).shell.pid) for h in self.s.plan.host_names}
 
     def start(self) -> None:
-        """Kernel counters before; the PS-port queue sampler; tcpdump on the capture points."""
+        """Kernel counters before; the queue sampler, the port's first; tcpdump on the capture points."""
         self.before = self._counters()
-        ps_port = self.s.plan.ps_port.name
-        ports = [ps_port] + sorted(p.name for p in self.s.plan.switch_ports() if p.name != ps_port)
+        ports = [self.port] + sorted(p for p in self.s.plan.port_names() if p != self.port)
         self.sampler = QueueSampler(
-            ports, self.folder.queue_depth_file, interval=self.cfg.queue_sample_ms / 1000.0
+            ports, self.folder.queue_depth_file, interval=self.queue_sample_ms / 1000.0
         )
         self.sampler.start()
         self.cpu = CpuSampler(self.folder.cpu_file)
         self.cpu.start()
-        if self.cfg.capture == "none":
+        if self.capture == "none":
             return
         self.folder.pcap_dir.mkdir(parents=True, exist_ok=True)
-        points = [CapturePoint("ps-port", ps_port, self.folder.pcap("ps-port"))]
-        if self.cfg.capture == "all":
-            for h in self.participants:
+        points = [CapturePoint(self.port_point, self.port, self.folder.pcap(self.port_point))]
+        if self.capture == "all":
+            for h in self.hosts:
                 points.append(
                     CapturePoint(
                         h, self.s.plan.host(h).nic, self.folder.pcap(h), popen=self.s.fabric.host(h).popen
                     )
                 )
-        self.captures = PcapCapture(points, snaplen=self.cfg.snaplen, base_dir=self.folder.path)
+        self.captures = PcapCapture(points, snaplen=self.snaplen, base_dir=self.folder.path)
         self.captures.start()
 
     def stop(self, t_start: float, t_end: float) -> None:
         """Everything measured into the folder; each part on its own, so one failure loses no other."""
-        self._wait_final_poll(t_end)
-        if self.cpu is not None:
-            self.cpu.stop()
-            self.cpu = None
+        if self.controller_interval is not None:
+            self._wait_final_poll(t_end, self.controller_interval)
         try:
             after = self._counters()
             write_json(
@@ -83,22 +121,28 @@ class Recorder:
             )
         except Exception as exc:  # noqa: BLE001 - a dead host must not lose the other records
             self.say(f"{self.folder.name}: could not read host counters: {exc}")
-        self._save_controller_samples(t_start - 3 * self.cfg.controller.interval)
+        if self.controller_interval is not None:
+            self._save_controller_samples(t_start - 3 * self.controller_interval)
         if self.captures is not None:
             try:
                 self.captures.stop()  # writes capture.json
-            finally:
-                self.captures = None
+            except Exception as exc:  # noqa: BLE001 - the queue samples are still to be saved
+                self.say(f"{self.folder.name}: captures: {exc}")
+            self.captures = None
         if self.sampler is not None:
             try:
                 write_json(self.folder.queue_depth_summary_file, self.sampler.stop())
-            finally:
-                self.sampler = None
+            except Exception as exc:  # noqa: BLE001 - a sampler that failed has nothing more to say
+                self.say(f"{self.folder.name}: queue sampler: {exc}")
+            self.sampler = None
+        if self.cpu is not None:  # last: its sample just after t_end covers the window's end
+            self.cpu.stop()
+            self.cpu = None
 
-    def _wait_final_poll(self, t_end: float) -> None:
+    def _wait_final_poll(self, t_end: float, interval: float) -> None:
         """Wait until the controller has polled the counters once after the processes ended."""
         ctl = self.s.controller
-        deadline = time.monotonic() + 3 * self.cfg.controller.interval + 2.0
+        deadline = time.monotonic() + 3 * interval + 2.0
         while ctl.alive() and time.monotonic() < deadline:
             try:
                 if ctl.get(f"/api/timeseries?since={t_end}", timeout=2)["samples"]:

@@ -47,7 +47,7 @@ class StrategyRun:
         self.say = say
         self.job = job_for(cfg, session.plan, spec, index, folder)
         servers = [k.host for k in self.job.shards if k.host not in cfg.worker_hosts]
-        self.recorder = Recorder(session, cfg, folder, servers + cfg.worker_hosts, say)
+        self.recorder = Recorder.for_strategy(session, cfg, folder, servers + cfg.worker_hosts, say)
         if spec.kind == JOB:  # the user's own command in containers of the user's image
             from incastlab.userjob import JobLauncher
 
