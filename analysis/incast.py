@@ -334,12 +334,13 @@ def analyze_point(pf: PointFolder, cfg: IncastConfig, plan: Plan, line: IncastLi
         )
         if cfg.client in counters:
             row.timeouts_client_kernel = counters[cfg.client].counter("TcpExtTCPTimeouts")
-    row.queue_drops, row.client_port_drops = queue_drops(pf, plan.ps_port.name)
+    port = cfg.client_port(plan)
+    row.queue_drops, row.client_port_drops = queue_drops(pf, port)
     row.ideal_s = round(row.app_bytes * 8 / (rate * 1e6 * PAYLOAD_SHARE), 6)
     row.lost_s = round(max(0.0, (t1 - t0) - row.ideal_s), 6)
     checks: dict[str, Any] = {
         "unexplained_loss_share": None,
-        "dequeue_port": plan.ps_port.name,
+        "dequeue_port": port,
         "dequeue_gap_median_over_ideal": None,
         "capture_complete": None,
     }
@@ -376,7 +377,7 @@ def analyze_point(pf: PointFolder, cfg: IncastConfig, plan: Plan, line: IncastLi
             checks["fabric_drops_pcap"] = pc.fabric_drops
             checks["losses_no_queue_was_dropping"] = loose
             checks["count_mismatch_share"] = unexplained_loss_share(pc.fabric_drops, row.queue_drops)
-            checks.update(dequeue_ratio(pf, pc.port, plan.ps_port.name, rate, plan.host(cfg.client).ip))
+            checks.update(dequeue_ratio(pf, pc.port, port, rate, plan.host(cfg.client).ip))
     if status and status.t_start and status.t_end:
         checks.update(cpu_figures(pf.cpu_samples(), status.t_start, status.t_end))
     checks["queue_drops"] = row.queue_drops
@@ -476,10 +477,11 @@ def timeline(pf: PointFolder, cfg: IncastConfig, plan: Plan, row: IncastRow) -> 
         [round((a - t0) * 1000, 3), round((b - t0) * 1000, 3)]
         for a, b in idle_spans(np.concatenate([[t0], arr, [t1]]))
     ]
+    port = cfg.client_port(plan)
     queue = [
         [round((q.t - t0) * 1000, 3), q.backlog_packets]
         for q in pf.queue_samples()
-        if q.port == plan.ps_port.name and lo <= q.t <= hi
+        if q.port == port and lo <= q.t <= hi
     ]
     return {
         "line": row.line,

@@ -23,7 +23,6 @@ from typing import Any
 
 from incastlab.record import Recorder
 from incastlab.session import Session
-from runmodel.fabric import Plan
 from runmodel.folder import RunFolder
 from runmodel.incast import (
     OPTIONAL_LINES,
@@ -49,11 +48,6 @@ SERVER_START_S = 20.0  # at least; a sweep's --timeout when longer (15 Pythons s
 
 class PointError(RuntimeError):
     """A point could not be measured (its client failed or hung); the sweep goes on."""
-
-
-def client_port(plan: Plan, cfg: IncastConfig) -> str:
-    """The client's leaf port: the bottleneck's egress, its one shallow buffer and a capture point."""
-    return plan.host(cfg.client).leaf_port
 
 
 # -- what this kernel can run -------------------------------------------------------------------------
@@ -135,7 +129,7 @@ def environment(sess: Session, cfg: IncastConfig) -> dict[str, Any]:
             "available_cc": hosttcp.available_cc(),
             "rto_min_settable": hosttcp.rto_min_settable(),
             "ecn_marking": qdisc_available("red"),
-            "client_port": client_port(sess.plan, cfg),
+            "client_port": cfg.client_port(sess.plan),
         }
     )
     env.pop("torch", None)
@@ -213,7 +207,7 @@ def _tail(path: Path) -> str:
 
 def apply_line(sess: Session, cfg: IncastConfig, s: LineSettings) -> dict[str, Any]:
     """Buffers and TCP of one curve; returns what the kernel reports back (settings.json)."""
-    port = client_port(sess.plan, cfg)
+    port = cfg.client_port(sess.plan)
     others = sorted(p for p in sess.plan.port_names() if p != port)
     sess.fabric.set_port_buffer(others, cfg.fabric_buffer_pkts)
     mark = max(1, s.buffer_pkts // 4) if s.ecn else None
@@ -263,7 +257,7 @@ def run_point(
         sess,
         pf,
         say,
-        port=client_port(sess.plan, cfg),
+        port=cfg.client_port(sess.plan),
         port_point="client-port",
         hosts=hosts,
         capture=cfg.capture,

@@ -216,12 +216,18 @@ class IncastConfig:
 
     @property
     def spec(self) -> FabricSpec:
-        """The fabric with the client as its `ps_host`, so the plan's `ps_port` is the client's port."""
+        """The fabric with the client as its `ps_host` (plan.json names the receiver there); the
+        client's port is client_port(), never the plan's `ps_port`."""
         return replace(self.fabric, ps_host=self.client)
 
     def plan(self) -> Plan:
         """The wiring plan."""
         return build_plan(self.spec)
+
+    def client_port(self, plan: Plan) -> str:
+        """The client's leaf port in `plan`: the bottleneck's egress, the one shallow buffer, a
+        capture point and the port whose queue the analysis reads."""
+        return plan.host(self.client).leaf_port
 
     @property
     def server_order(self) -> list[str]:
