@@ -3,11 +3,11 @@
 PS family: every worker's gradient comes in through the PS host's link, and the new model goes out
 through it, N S each way. The link is full duplex, so a worker that already got its model pushes
 its next gradient while the PS still sends the others theirs: push-then-pull, 2 N S / B, is what a
-PS needs without that overlap, not a bound (measured: 8 workers, 3.21 s a step against 2 N S / B =
-3.51 s). The bound of a synchronous PS (ps, ssp, backup) is (N + 1) S / B: a step's pushes end, the
-first model leaves S / B later at the earliest, and the next step's N pushes follow it down the
-other direction. Asynchronous SGD has no barrier: N S / B each way per round of N updates. Sharded
-over K dedicated hosts, each shard's link carries S / K of all this.
+PS needs without that overlap, not a bound (a run can beat it: docs/RESULTS.md). The bound of a
+synchronous PS (ps, ssp, backup) is (N + 1) S / B: a step's pushes end, the first model leaves
+S / B later at the earliest, and the next step's N pushes follow it down the other direction.
+Asynchronous SGD has no barrier: N S / B each way per round of N updates. Sharded over K dedicated
+hosts, each shard's link carries S / K of all this.
 Colocated shards (one on each of K worker hosts): a shard host sends its own gradient's other
 slices, S (K - 1) / K, and its model slice to the N - 1 other workers, (N - 1) S / K, and receives
 as much: (S (K - 1) + (N - 1) S) / (K B). Ring (and gloo's all-reduce, a ring too): each worker

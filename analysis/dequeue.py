@@ -1,23 +1,16 @@
 """Did the bottleneck keep its rate? Inter-departure gaps at a switch port's egress while its
 queue was backlogged, against the serialization time at the configured rate.
 
-Input: a capture taken on the switch port itself (ps-port.pcap on lf1-eth3: tcpdump sees an
-outgoing packet when the qdisc hands it to the device, i.e. at dequeue) and the port's qdisc
-backlog samples (queue_depth.jsonl, every 10 ms). While the queue holds packets, a shaper that
-keeps its rate releases them back to back: the gap between two departures is the time the rate
-needs for the earlier packet, wire bytes * 8 / rate (a 1514-byte frame at 20 Mbit/s: 0.6056 ms).
-HTB, which shapes the ports here, charges a packet's tokens when it sends it and releases the next
-one once the debt is paid, so the gap after a packet is that packet's time; measured on the sample
-run the ratio after a full frame followed by a 66-byte ACK is 1.00 with the earlier packet's size
-and 23 with the later one's. `ideal="next"` uses the later packet's size instead.
+Input: a capture on the switch port itself (tcpdump sees an outgoing packet at dequeue) and the
+port's qdisc backlog samples (queue_depth.jsonl). While the queue holds packets, a shaper that keeps
+its rate releases them back to back: the gap is the time the rate needs for a packet, wire bytes * 8
+/ rate (a 1514-byte frame at 20 Mbit/s: 0.6056 ms). HTB charges a packet's tokens when it sends it,
+so the gap after a packet is that packet's time (the default); `ideal="next"` uses the later
+packet's size instead.
 
 A ratio near 1 means the emulated link ran at its rate; above 1 the emulator was late (CPU
 starvation of a userspace switch shows as ratios of 2, 10, ...); below 1 a burst (tokens saved while
-the queue was empty, or a packet after a small one).
-
-Measured on the sample `make compare` run (ps strategy, lf1-eth3 toward h1 at 20 Mbit/s): 21,736
-gaps while backlogged, median ratio 1.0007, p5 0.64, p25 0.98, p75 1.02, p95 1.17, p99 2.22;
-achieved share 0.988 of the configured rate.
+the queue was empty, or a packet after a small one). Sample figures: docs/RESULTS.md.
 """
 
 from __future__ import annotations

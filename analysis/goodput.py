@@ -14,11 +14,7 @@ How, vectorised: the start and end of every segment of a direction cut its seque
 elementary intervals; each interval belongs to the earliest segment (in capture order) that
 covers it; a segment's delivered bytes are the lengths of the intervals it owns.
 
-Measured on the sample `make compare` run: on every host capture and the PS-port capture of both
-strategies the bytes per receiver equal the union of tshark's (tcp.seq_raw, tcp.len) ranges
-exactly; toward the PS 36,704,080 bytes (7 workers x 5,243,440, what they sent), of which
-3,506,048 (9.6 %) first arrived below the highest sequence number seen and are missing from the
-run's goodput_timeline.json (33,198,032 bytes).
+Checked against tshark's (tcp.seq_raw, tcp.len) ranges; sample figures: docs/RESULTS.md.
 """
 
 from __future__ import annotations

@@ -6,8 +6,8 @@ quiet gaps, and which gaps separate steps is decided by the traffic itself: an i
 always does; of the other gaps between data packets, sorted longest first, those above the largest
 jump of that order (the compute pauses, all alike, stand apart from the pauses inside an exchange),
 never one shorter than MIN_STEP_GAP_S. A job whose compute pauses are no longer than the waits
-inside its exchange shows no rhythm on its links: its steps then come out merged (measured: the
-shipped DDP example at batch 128, 30 ms of compute against waits of up to 50 ms inside gloo's ring).
+inside its exchange shows no rhythm on its links: its steps then come out merged (e.g. a DDP job
+with little compute per batch against gloo's ring waits).
 Bursts that carry under SMALL_BURST_SHARE of the median burst's bytes (a rendezvous, a closing
 barrier) are not steps. Every worker of a synchronous job takes the same steps: steps_of_job reads
 each worker's capture with the number of steps most captures show (a capture whose pauses are less
@@ -181,10 +181,10 @@ def steps_at_lines(
     """A worker's steps when its script printed a line at the end of each (times: when each was read).
 
     Step k ends with the last data packet the worker received before line k was read: the script
-    prints once its step's exchange is done, and the line reaches us within milliseconds (measured
-    in CI: 0-9 ms after that packet). Its pauses cannot say this: DDP sends a step's first buckets
-    while backward still runs and a ring neighbour ahead of it sends early, so the pause between two
-    steps is often broken, and an exchange can pause longer inside (CI runs: cuts up to 0.3 s off).
+    prints once its step's exchange is done, and the line reaches us within milliseconds. Its
+    pauses cannot say this: DDP sends a step's first buckets while backward still runs and a ring
+    neighbour ahead of it sends early, so the pause between two steps is often broken, and an
+    exchange can pause longer inside.
     Step 1 starts at first_pause; compute_s is a step's longest pause, comm_s the rest. None when a
     line has no received packet before it that the previous line had not (the traffic does not fit)."""
     if len(ts) < 2 or not times:
@@ -298,11 +298,10 @@ def agreed_steps(
     A synchronous job's workers all end a step together (within the ring's skew), so where most
     of them agree on the times between steps (the median over the workers, per boundary), a
     worker whose boundary lies more than a quarter period away is cut at its own longest pause
-    within that quarter period of each agreed boundary instead (a CI run: one of 7 DDP workers
-    had cut inside a step at a 0.5 s timeout stall and merged its last two steps; 6 agreed
-    within 20 ms). Kept as it was when fewer than three workers agree, or when the re-cut does
-    not give n steps. `keep[i]`: worker i's steps were cut at its own step lines, truer than any
-    pause: counted in the agreement, never re-cut."""
+    within that quarter period of each agreed boundary instead (a timeout stall inside a step can
+    look like a step boundary on one worker). Kept unchanged when fewer than three workers agree,
+    or when the re-cut does not give n steps. `keep[i]`: worker i's steps were cut at its own step
+    lines, truer than any pause: counted in the agreement, never re-cut."""
     full = [s for s in steps if len(s) == n and n > 1]
     if len(full) < 3:
         return steps

@@ -1,66 +1,33 @@
 """Retransmission timeouts (RTO) and tail loss probes (TLP) seen in a sender-side capture.
 
-Why this exists: tcp.py's `timeout_retransmits` counts retransmitted *segments* without dup-ACK
-evidence (thousands in an incast run); this module counts *events*, the way the kernel counts
-`TcpExtTCPTimeouts` and `TcpExtTCPLossProbes`, and says how long each one stalled its flow.
+tcp.py's `timeout_retransmits` counts retransmitted *segments*; this counts *events*, as the kernel
+counts TcpExtTCPTimeouts and TcpExtTCPLossProbes (tcp_timer.c, tcp_output.c), and how long each
+stalled its flow.
 
-What the kernel does (Linux tcp_timer.c / tcp_output.c), and how it looks in a capture taken at
-the sender:
+- RTO: the timer fires at least SRTT + max(RTTVAR, rto_min) after it was armed and resends only the
+  head (seq == highest cumulative ACK), then backs off 2*RTO, 4*RTO, ... A head retransmission is an
+  RTO if (a) it comes at least `tolerance * rto_min` after both the last cumulative-ACK advance and
+  the segment's own previous copy (not just the last packet: a sender with a deep host qdisc keeps
+  the wire busy long after the timer was armed); (b) it is not in a burst: nothing sent within
+  `burst_s` before, nor after unless an ACK came between (keeps out SACK/RACK recovery); (c) sends
+  are placed at their TSval when the capture has timestamps (tcpopts.py), so the sender's own queue
+  does not bend (a) and (b). A head retransmission right after a SACK still counts: in SACK
+  recovery the timer fires while SACKs keep arriving.
+- TLP: in the Open state, the first non-burst retransmission of the *last* segment since the last
+  ACK advance. With one segment in flight the first such retransmission is the probe, the next an RTO.
+- SYN / SYN-ACK timer retransmissions (kind "syn"), which the kernel counts as timeouts too, unless
+  a peer packet arrived within `burst_s` before (a SYN-ACK resent for a duplicate SYN).
 
-- RTO: the retransmission timer fires at least RTO = SRTT + max(RTTVAR, rto_min = 200 ms) after it
-  was armed (on an ACK that advances snd_una, on (re)sending the first unacknowledged segment).
-  The sender then retransmits that first unacknowledged segment (the *head*, seq == the highest
-  cumulative ACK) and nothing else: cwnd is 1 until an ACK comes back. If no ACK comes, it
-  retransmits the head again after 2*RTO, 4*RTO, ... (each firing is counted). So an RTO is a
-  retransmission of the head that (a) comes at least `tolerance * rto_min` after both the last
-  advance of the cumulative ACK and the previous transmission of that segment, (b) is not part of
-  a burst: no segment of the same direction within `burst_s` before it, and none within `burst_s`
-  after it unless an ACK arrived in between. (a) is measured from the segment's own previous copy
-  and not just from the last packet sent: a sender with a deep local queue (the PS host here:
-  1000-packet host qdisc, 7 flows) keeps putting packets of the flow on the wire long after the
-  kernel armed the timer, so "silence on the wire" alone misses most of its timeouts. (b) keeps
-  out recoveries that retransmit the old head right after a SACK (fast recovery, RACK's reordering
-  timer), which a long time since the head's previous copy does not exclude on such a sender.
-  (c) with the TCP timestamps of the capture (`tsval`, see tcpopts.py) every send is placed at the
-  time the sender's kernel stamped it rather than when it reached the wire, so a sender's own queue
-  does not stretch or shrink the gaps of (a) and (b). A head retransmission that closely follows
-  an incoming SACK is still counted: in SACK recovery the timer fires while SACKs of later segments
-  keep arriving, and excluding those (an earlier rule) lost most of a PS host's timeouts.
-- TLP: in the Open state (no loss recovery under way, no duplicate ACKs since the last ACK
-  advance) the kernel probes about 2*SRTT (+2 ms, or +rto_min with one segment in flight, never
-  later than the RTO) after the last send by sending new data or, if there is none, by
-  retransmitting the *last* segment (the one ending at snd_nxt). Counted here: a non-burst
-  retransmission of the last segment in the Open state that is the first retransmission since the
-  last ACK advance. With a single segment in flight head and tail coincide: the first such
-  retransmission is the probe (the kernel's probe timer never fires after its RTO), the next one an
-  RTO.
-- SYN / SYN-ACK: their retransmissions by timer are counted by the kernel as TcpExtTCPTimeouts
-  too (tcp_retransmit_timer for a SYN, tcp_syn_ack_timeout for a listener's SYN-ACK); counted here
-  as kind "syn" when no packet of the peer arrived within `burst_s` before (a SYN-ACK resent
-  because a duplicate SYN arrived is not a timeout).
+`retransmits` counts every segment sent below the highest sequence sent before it: the kernel's
+TcpRetransSegs on a sender's own capture (Wireshark calls some of these out-of-order instead).
 
-`retransmits` (per flow and in the totals) counts every segment sent below the highest sequence
-number sent before it, whatever the cause: on a sender's own capture that is the kernel's
-TcpRetransSegs (sample run: equal on all 15 host captures, e.g. ps h4 522/522), where Wireshark's
-classification (tcp.py, `tcp.analysis.retransmission`) calls some of them out-of-order instead
-(ps h4: 434 + 88 out-of-order).
-
-Known differences from the kernel's counters, by construction:
-- new-data probes: a TLP that sends new data is not a retransmission; we cannot tell it from
-  ordinary sending, so `loss_probes` is a lower bound of TcpExtTCPLossProbes (most probes of a
-  bulk sender carry new data).
-- a timeout whose retransmission the kernel suppressed because the previous copy was still in
-  the host's queue (TcpExtTCPSpuriousRtxHostQueues) puts nothing on the wire: counted by the
-  kernel, not here.
-- timeouts while the peer's window is zero are zero-window probes for the kernel (not counted):
-  excluded here when the peer's last advertised window is 0.
-- spurious RTOs (TcpExtTCPSpuriousRTOs, undone later) are counted by both.
-- without SACK, or with net.ipv4.tcp_early_retrans < 3, the kernel sends no probes and a
-  single-segment timeout that we call a probe is its RTO.
-- packets the capture missed (tcpdump drops) hide events.
-- a sender with a backlog in its own qdisc (a PS host): its sends are placed only to TSval's
-  1 ms and the wire cannot always tell a timer's head retransmission from SACK recovery's, so its
-  count may miss or add a few (docs/DESIGN.md, the table of checks; docs/RESULTS.md).
+Known differences from the kernel's counters:
+- TLPs that send new data are invisible, so `loss_probes` is a lower bound.
+- a timeout the kernel suppressed (copy still in the host queue) puts nothing on the wire.
+- zero-window probes are excluded (peer's last window 0); spurious RTOs are counted by both.
+- without SACK or with tcp_early_retrans < 3 there are no probes: a "probe" here is an RTO.
+- tcpdump drops hide events; a sender backlogged in its own qdisc may miss or add a few
+  (TSval's 1 ms; docs/DESIGN.md, the table of checks; docs/RESULTS.md).
 """
 
 from __future__ import annotations
