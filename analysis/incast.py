@@ -107,31 +107,6 @@ def line_config(cfg: IncastConfig, s: LineSettings, plan: Plan) -> dict[str, Any
     }
 
 
-def _select(p: Any, mask: np.ndarray) -> Any:
-    """The packets of a capture where mask is true (same Packets type)."""
-    from dataclasses import replace
-
-    arrays = {
-        f: getattr(p, f)[mask]
-        for f in (
-            "frame",
-            "ts_ns",
-            "src",
-            "dst",
-            "sport",
-            "dport",
-            "seq",
-            "ack",
-            "flags",
-            "win",
-            "plen",
-            "caplen",
-            "wirelen",
-        )
-    }
-    return replace(p, **arrays)
-
-
 def _read(path: Path) -> Any:
     from analysis.pcapfile import read_pcap
 
@@ -251,7 +226,7 @@ class PointCaptures:
             sel_s = (pk.src == hip) & (pk.dst == self.client_ip)
             sel_r = (self.client.src == hip) & (self.client.dst == self.client_ip)
             if sel_s.any():
-                lost = lost_segments(_select(pk, sel_s), _select(self.client, sel_r))
+                lost = lost_segments(pk.select(sel_s), self.client.select(sel_r))
                 self.lost_times += lost
                 self.fabric_drops += len(lost)
         got = delivered_bytes(self.client, receiver=plan.host(client).ip)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import bisect
 import os
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -44,6 +44,22 @@ SUPPORTED_LINKTYPES = (
 # TCP flag bits as in the header (NS is bit 8)
 FIN, SYN, RST, PSH, ACK, URG, ECE, CWR = 0x01, 0x02, 0x04, 0x08, 0x10, 0x20, 0x40, 0x80
 
+# the per-packet array fields of Packets (the rest describe the file)
+_PER_PACKET = (
+    "frame",
+    "ts_ns",
+    "src",
+    "dst",
+    "sport",
+    "dport",
+    "seq",
+    "ack",
+    "flags",
+    "win",
+    "plen",
+    "caplen",
+    "wirelen",
+)
 _MAX_CAPLEN = 1 << 26  # a record longer than 64 MiB means a corrupt length field
 _WINDOW = 16 + 22 + 60 + 20  # record header + link (2 VLAN tags) + IP with options + TCP to window
 
@@ -85,6 +101,10 @@ class Packets:
     def ts(self) -> np.ndarray:
         """Timestamps in float seconds since the epoch (ns precision is kept in ts_ns)."""
         return self.ts_ns / 1e9
+
+    def select(self, mask: np.ndarray) -> Packets:
+        """The packets where mask (or an index array) picks them, same file facts, in the same order."""
+        return replace(self, **{f: getattr(self, f)[mask] for f in _PER_PACKET})
 
 
 def ip_to_str(addr: int) -> str:

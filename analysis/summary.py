@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Iterable
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -165,29 +164,6 @@ def network_figures(
     out.worst_queue_port = dropping[0] if dropping else (busiest[0] if busiest else None)
 
 
-def _select(p: Any, mask: np.ndarray) -> Any:
-    """The packets of a capture where mask is true (same Packets type)."""
-    arrays = {
-        f: getattr(p, f)[mask]
-        for f in (
-            "frame",
-            "ts_ns",
-            "src",
-            "dst",
-            "sport",
-            "dport",
-            "seq",
-            "ack",
-            "flags",
-            "win",
-            "plen",
-            "caplen",
-            "wirelen",
-        )
-    }
-    return replace(p, **arrays)
-
-
 PCAP_COUNTS = (
     "tcp_retransmits_pcap",
     "dupack_retransmits_pcap",
@@ -314,7 +290,7 @@ def pcap_figures(
             sel_r = (rpk.src == ip_of[sname]) & (rpk.dst == ip_of[rname])
             if sel_s.any() and sel_r.any():
                 out.fabric_drops_pcap += int(
-                    fabric_drops(_select(spk, sel_s), _select(rpk, sel_r))["fabric_drops_pcap"]
+                    fabric_drops(spk.select(sel_s), rpk.select(sel_r))["fabric_drops_pcap"]
                 )
     ps_host = plan.ps_host
     if "ps-port" in points:
@@ -328,7 +304,7 @@ def pcap_figures(
                 sel_s = (spk.src == ip_of[sname]) & (spk.dst == ip_of[ps_host])
                 sel_r = to_ps & (port_pk.src == ip_of[sname])
                 if sel_s.any() and sel_r.any():
-                    lost = fabric_drops(_select(spk, sel_s), _select(port_pk, sel_r))
+                    lost = fabric_drops(spk.select(sel_s), port_pk.select(sel_r))
                     out.drops_on_path_to_ps_pcap += int(lost["fabric_drops_pcap"])
         except AnalysisError:
             pass

@@ -76,6 +76,29 @@ def test_fields_exactly_as_written(tmp_path: Path, order: str, nano: bool, linkt
     assert p.caplen[2] == 128 and p.wirelen[2] > 1448
 
 
+def test_select_keeps_the_picked_packets_whole(tmp_path: Path) -> None:
+    """select() cuts every per-packet array alike (checked against the packets as written) and keeps
+    the file's facts."""
+    f = tmp_path / "x.pcap"
+    write_pcap(f)
+    p = read_pcap(f)
+    s = p.select(p.src == PKTS[0][0])
+    assert list(s.frame) == [1, 3] and len(s) == 2
+    for i, k in enumerate((0, 2)):
+        src, dst, sp, dp, seq, ack, fl, win, pl, _, _ = PKTS[k]
+        assert (s.dst[i], s.sport[i], s.seq[i], s.ack[i], s.flags[i], s.win[i], s.plen[i]) == (
+            dst,
+            sp,
+            seq,
+            ack,
+            fl,
+            win,
+            pl,
+        )
+    assert (s.path, s.records, s.linktype) == (p.path, 3, 1)
+    assert len(p.select(np.zeros(len(p), dtype=bool))) == 0
+
+
 def _errline(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
     assert cli_main(["analyze", *argv]) == 2
     err = capsys.readouterr().err
