@@ -20,18 +20,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from capture.cpu import find_process
 from incastlab.cleanup import find_leftovers
-
-
-def _pid_of(name: str) -> int | None:
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if (entry / "comm").read_text().strip() == name:
-                    return int(entry.name)
-            except OSError:
-                continue
-    return None
 
 
 def _rss_kib(pid: int | None) -> int:
@@ -55,7 +45,7 @@ def _fds(pid: int | None) -> int:
 
 def machine_counts() -> dict[str, int]:
     """What a leak would make grow."""
-    vswitchd = _pid_of("ovs-vswitchd")
+    vswitchd = find_process("ovs-vswitchd")
     links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout.count("\n")
     return {
         "processes": sum(1 for e in Path("/proc").iterdir() if e.name.isdigit()),
