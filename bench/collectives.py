@@ -2,7 +2,7 @@
 
     python -m bench.collectives [--sizes-kib 64,128,...,32768] [--workers 7] [--host-mbit 20]
                                 [--collectives ring,gloo,ps,ps:shards=7:placement=colocated]
-                                [--ps-max-kib 2048] [--sharded-max-kib 8192] [--out results/bench.json]
+                                [--ps-max-kib 2048] [--sharded-max-kib 8192] [--results results] [--out FILE]
 
 One fabric session (the default `make compare` fabric unless told otherwise), in this order:
 1. α probes: one small TCP message across 0, 1 and 3 switches; a gloo send/recv pair; a tiny ring
@@ -14,7 +14,9 @@ One fabric session (the default `make compare` fabric unless told otherwise), in
    all_reduce back to back (warm-up, then timed iterations, about 8 s a size); then the PS rounds
    (workloads.ps started by the bench per size): the single PS and the sharded PS.
 3. The table, the α–β fit per collective, α's breakdown, ps/ring against theory, all into
-   results/bench.json (bench/sweep.py documents every figure).
+   bench.json of the bench's own run folder, results/<YYYYmmdd-HHMMSS>-bench/ (bench/sweep.py
+   documents every figure): a new folder each run, so no run overwrites another's (--out FILE
+   writes bench.json's document there as well).
 
 The PS rounds stop at smaller sizes than the collectives (--ps-max-kib): a synchronous PS step
 moves 2 N S through one link, so at 20 Mbit/s a 2 MiB PS step takes ~13 s and a 32 MiB one ~190 s.
@@ -50,6 +52,8 @@ PROBE_GLOO_PORT = 29400
 PS_PORT = 29600
 IPERF_PORT = 5201
 JOB_TIMEOUT_S = 300.0
+BENCH_FILE = "bench.json"  # in the bench's run folder (bench_folder)
+ANALYSIS_FILE = "bench_analysis.json"  # beside it, written by `make bench` (bench/__main__.py)
 STARTUP_S = 120.0  # a process's torch import on a loaded 2-core machine, with margin
 ALPHA_GUESS_S = 0.005  # per exchange, for planning the iterations only
 EFFICIENCY_GUESS = 0.8
@@ -478,8 +482,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--cc", default="cubic", help="TCP congestion control in every host (default cubic)")
     ap.add_argument("--rto-min-ms", type=float, default=None, help="minimum RTO in every host, ms")
     ap.add_argument("--no-probes", action="store_true", help="skip the α probes")
-    ap.add_argument("--out", default="results/bench.json")
+    ap.add_argument("--results", default="results", help="where the run folder goes (default: results/)")
+    ap.add_argument("--out", default=None, help="also write bench.json's document to this file")
     return ap.parse_args(argv)
+
+
+def bench_folder(results: Path) -> Path:
+    """A new run folder for one bench, results/<YYYYmmdd-HHMMSS>-bench/ (-2, -3... when one of that
+    second exists): every file of the bench goes in it, bench.json too, so no run overwrites another.
+    results/latest is left to the experiments' run folders (the readers of `latest` expect one)."""
+    return RunFolder.create(results, label="bench", link_latest=False).path
 
 
 def plan_sweep(
@@ -513,7 +525,13 @@ def ps_hosts(name: str, cfg: Any) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Probes, sweep, table, fit; results/bench.json."""
+    """Probes, sweep, table, fit; bench.json in a new run folder (run_bench)."""
+    return run_bench(argv)[0]
+
+
+def run_bench(argv: list[str] | None = None) -> tuple[int, Path | None]:
+    """Probes, sweep, table, fit; bench.json in a new run folder. The exit code and that folder
+    (None when the parameters were refused before it was made)."""
     from incastlab.session import fabric_session, terminate_as_interrupt
     from runmodel.config import ControllerOptions, ExperimentConfig
     from runmodel.fabric import FabricSpec, build_plan
@@ -532,13 +550,11 @@ def main(argv: list[str] | None = None) -> int:
         check_rto_min(args.rto_min_ms)
     except ParamError as exc:
         print(f"bench: {exc}", file=sys.stderr)
-        return 2
+        return 2, None
     hosts = cfg.worker_hosts
     n = len(hosts)
     sizes, warm, iters, coll, rounds = plan_sweep(args, n)
-    folder = RunFolder.create(
-        Path("results"), name=time.strftime("bench-%Y%m%d-%H%M%S"), link_latest=False
-    ).path
+    folder = bench_folder(Path(args.results))
     plan = build_plan(spec)
     say(
         f"{n} workers ({', '.join(hosts)}), {args.host_mbit:g} Mbit/s links, {args.buffer}-packet buffers; "
@@ -629,8 +645,10 @@ def main(argv: list[str] | None = None) -> int:
             procs.stop_all()
     doc = report(records, probes, counters, folder, args, spec, hosts, (t0, t1), cfg)
     doc["wall_time_s"] = round(time.monotonic() - t_wall, 1)
-    out = Path(args.out)
+    out = folder / BENCH_FILE
     write_json(out, doc)
+    if args.out:
+        write_json(Path(args.out), doc)
     print(sweep.table(doc["collectives"], n, doc["fidelity"]["said"], doc.get("largest")))
     print()
     print("α–β fit: t = α · steps + β · link bytes (β·B = 1: the link at its configured rate)")
@@ -638,7 +656,7 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(breakdown_text(doc.get("alpha_breakdown")))
     print(f"written {out} (wall time {doc['wall_time_s']:.0f} s)")
-    return 0
+    return 0, folder
 
 
 def report(

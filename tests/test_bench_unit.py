@@ -101,3 +101,18 @@ def test_ps_over_ring_theory_is_n_squared_over_n_minus_1() -> None:
 def test_algo_of_reads_strategy_names(name: str, kind: str, shards: int, colocated: bool) -> None:
     a = sweep.algo_of(name)
     assert (a.kind, a.shards, a.colocated) == (kind, shards, colocated)
+
+
+def test_each_bench_gets_its_own_run_folder(tmp_path) -> None:
+    # two benches in the same second: two folders, the first one's bench.json left as it was
+    from bench.collectives import BENCH_FILE, bench_folder, parse_args
+
+    args = parse_args([])
+    assert args.out is None and args.results == "results"
+    first = bench_folder(tmp_path)
+    (first / BENCH_FILE).write_text('{"run": 1}')
+    second = bench_folder(tmp_path)
+    assert first != second and first.parent == second.parent == tmp_path.resolve()
+    assert first.name.endswith("-bench") and second.name.startswith(first.name)
+    assert (first / BENCH_FILE).read_text() == '{"run": 1}' and not (second / BENCH_FILE).exists()
+    assert not (tmp_path / "latest").exists()  # results/latest stays an experiment's run folder
