@@ -6,10 +6,15 @@ compute the figures, this module only formats them.
 A Table is its columns (title, unit, key, format, alignment) and its rows (objects or dicts); a cell
 whose value is missing (None or NaN) shows as '-'. Columns are as wide as their widest text, so a
 long name or value never shifts the columns after it.
+
+`--json` prints the same Table as JSON (Table.to_doc, schema TABLE_SCHEMA): the columns (title,
+unit, key), one object per row holding each column's value unformatted under its key (null when
+missing) and the row's note, and the footer lines; a script reads the figures, not the text.
 """
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -18,6 +23,7 @@ from typing import Any
 MISSING = "-"
 GAP = 2  # spaces between two columns
 GOAL_MARK = {True: "met", False: "NOT met", None: "not measured"}
+TABLE_SCHEMA = "incastlab-table/1"  # Table.to_doc's shape; a new number when a key changes meaning
 
 
 @dataclass(frozen=True)
@@ -31,18 +37,26 @@ class Col:
     key: str | Callable[[Any], Any] = ""
     fmt: str | Callable[[Any], str] = "{}"
     align: str = ">"  # ">" numbers, "<" names
+    name: str = ""  # the value's key in the JSON rows (default: `key` when it is a name, else title)
+
+    @property
+    def json_key(self) -> str:
+        """The key of this column's value in Table.to_doc's rows."""
+        return self.name or (self.key if isinstance(self.key, str) and self.key else self.title)
 
     def value(self, row: Any) -> Any:
-        """The row's value of this column (None when the row has none)."""
+        """The row's value of this column (None when the row has none, or it is NaN or infinite)."""
         if callable(self.key):
-            return self.key(row)
-        key = self.key or self.title
-        return row.get(key) if isinstance(row, dict) else getattr(row, key, None)
+            v = self.key(row)
+        else:
+            key = self.key or self.title
+            v = row.get(key) if isinstance(row, dict) else getattr(row, key, None)
+        return None if isinstance(v, float) and not math.isfinite(v) else v
 
     def text(self, row: Any) -> str:
         """The cell's text: the formatted value, or '-' when it is missing."""
         v = self.value(row)
-        if v is None or (isinstance(v, float) and math.isnan(v)):
+        if v is None:
             return MISSING
         return self.fmt(v) if callable(self.fmt) else self.fmt.format(v)
 
@@ -74,6 +88,25 @@ class Table:
         out += [f"# {text}" for text in self.footer]
         return "\n".join(out)
 
+    def to_doc(self) -> dict[str, Any]:
+        """The table as a JSON document: schema, columns (title, unit, key), rows (each column's
+        value under its key, null when missing; `note` when the row has one) and footer lines."""
+        rows = []
+        for r in self.rows:
+            obj = {c.json_key: c.value(r) for c in self.columns}
+            note = self.note(r) if self.note else ""
+            rows.append({**obj, "note": note} if note else obj)
+        return {
+            "schema": TABLE_SCHEMA,
+            "columns": [{"title": c.title, "unit": c.unit, "key": c.json_key} for c in self.columns],
+            "rows": rows,
+            "footer": list(self.footer),
+        }
+
+    def render_json(self, **extra: Any) -> str:
+        """to_doc, and `extra` keys (e.g. the run folder), as strict JSON text (what `--json` prints)."""
+        return json.dumps({**self.to_doc(), **extra}, indent=1, allow_nan=False)
+
 
 def fidelity_footer(fid: dict[str, Any] | None, shown: int = 3) -> list[str]:
     """The fidelity verdict as footer lines: the verdict, then its first `shown` reasons."""
@@ -104,12 +137,17 @@ def _pct(v: float) -> str:
 
 
 def comparison_table(summary: Any) -> str:
-    """The side-by-side table printed at the end of `compare` (a RunSummary): one row per strategy,
-    the run's fidelity verdict in the footer."""
+    """The side-by-side table printed at the end of `compare` (a RunSummary), as text."""
+    return comparison(summary).render()
+
+
+def comparison(summary: Any) -> Table:
+    """The side-by-side Table of `compare` (a RunSummary): one row per strategy, its JSON keys the
+    summary's field names, the run's fidelity verdict in the footer."""
     cols = [
-        Col("strategy", "", lambda kv: kv[0], align="<"),
+        Col("strategy", "", lambda kv: kv[0], align="<", name="strategy"),
         *(
-            Col(title, unit, lambda kv, k=key: getattr(kv[1], k, None), fmt)
+            Col(title, unit, lambda kv, k=key: getattr(kv[1], k, None), fmt, name=key)
             for key, title, unit, fmt in (
                 ("iter_time_s", "iter", "s", "{:.3f}"),
                 ("comm_time_s", "comm", "s", "{:.3f}"),
@@ -129,7 +167,7 @@ def comparison_table(summary: Any) -> str:
         list(summary.strategies.items()),
         footer=fidelity_footer(summary.fidelity),
         note=lambda kv: "" if kv[1].state == "complete" else f"({kv[1].state})",
-    ).render()
+    )
 
 
 def incast_table(result: Any) -> str:

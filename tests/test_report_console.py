@@ -8,7 +8,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from report.console import Col, Table, comparison_table, goal_text, incast_table
+import pytest
+
+from report.console import TABLE_SCHEMA, Col, Table, comparison, comparison_table, goal_text, incast_table
 from runmodel.incast import IncastResult
 from runmodel.summary import RunSummary
 
@@ -89,6 +91,42 @@ def test_compare_table_is_summary_json() -> None:
     assert foot[0] == f"# fidelity: {doc['fidelity']['verdict']}"
     assert foot[1:] == [f"#   {r}" for r in doc["fidelity"]["reasons"][:3]]
     assert any(ln.startswith("ps ") for ln in out.splitlines())
+
+
+def test_compare_json_is_summary_json() -> None:
+    # the same Table as JSON: one object per strategy, each value the summary's own, unformatted
+    doc = json.loads((DATA / "run-small" / "summary.json").read_text())
+    text = comparison(RunSummary.from_dict(doc)).render_json(run="results/x")
+    out = json.loads(text, parse_constant=lambda c: pytest.fail(f"not strict JSON: {c}"))
+    assert out["schema"] == TABLE_SCHEMA and out["run"] == "results/x"
+    keys = [c["key"] for c in out["columns"]]
+    assert keys[0] == "strategy" and set(keys[1:]) <= set(next(iter(doc["strategies"].values())))
+    head, units, _, foot = split(comparison_table(RunSummary.from_dict(doc)))
+    assert [c["title"] for c in out["columns"]] == [h.strip() for h in head if h.strip()]
+    assert " ".join(c["unit"] for c in out["columns"] if c["unit"]) == " ".join(units)
+    assert [r["strategy"] for r in out["rows"]] == list(doc["strategies"])
+    for row in out["rows"]:
+        s = doc["strategies"][row["strategy"]]
+        assert {k: row[k] for k in keys[1:]} == {k: s[k] for k in keys[1:]}
+        assert row.get("note", "") == ("" if s["state"] == "complete" else f"({s['state']})")
+    assert ["# " + ln for ln in out["footer"]] == foot
+    assert out["footer"][0] == f"fidelity: {doc['fidelity']['verdict']}"
+
+
+def test_json_rows_carry_missing_values_as_null() -> None:
+    twice = Col("y", "", lambda r: None if r["x"] is None else r["x"] * 2, name="twice")
+    rows = [{"x": float("nan")}, {"x": 1.5}, {"x": None}]
+    t = Table([Col("x", "s", "x", "{:.1f}"), twice], rows, note=lambda r: "" if r["x"] else "(partial)")
+    out = json.loads(t.render_json())
+    assert out["columns"] == [
+        {"title": "x", "unit": "s", "key": "x"},
+        {"title": "y", "unit": "", "key": "twice"},
+    ]
+    assert out["rows"] == [
+        {"x": None, "twice": None},  # NaN (and NaN * 2) is missing, as '-' in the text
+        {"x": 1.5, "twice": 3.0},
+        {"x": None, "twice": None, "note": "(partial)"},
+    ]
 
 
 def test_incast_table_is_incast_json() -> None:
