@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, fields, is_dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -364,17 +364,7 @@ class ExperimentConfig:
     # -- files ----------------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
         """config.json: the parameters, plus the hosts that run workers (derived, named as such)."""
-        doc: dict[str, Any] = {"schema": SCHEMA}
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if f.name in ("fabric", "controller"):
-                doc[f.name] = value.to_dict() if f.name == "fabric" else asdict(value)
-            elif f.name == "stragglers":
-                doc[f.name] = [asdict(s) for s in value]
-            elif isinstance(value, tuple):
-                doc[f.name] = list(value)
-            else:
-                doc[f.name] = value
+        doc = run_fields_doc(self, {"schema": SCHEMA})
         doc["worker_hosts"] = self.worker_hosts
         return doc
 
@@ -405,6 +395,24 @@ class ExperimentConfig:
             controller=replace(self.controller, **controller),
             **top,
         )
+
+
+def run_fields_doc(cfg: Any, head: dict[str, Any]) -> dict[str, Any]:
+    """A run config (ExperimentConfig, IncastConfig) as the JSON object parse_run_fields reads back:
+    `head` (schema, kind) first, then every field, fabric and controller as objects, a tuple as a
+    list (its dataclasses, such as stragglers, as objects)."""
+    doc = dict(head)
+    for f in fields(cfg):
+        value = getattr(cfg, f.name)
+        if f.name == "fabric":
+            doc[f.name] = value.to_dict()
+        elif f.name == "controller":
+            doc[f.name] = asdict(value)
+        elif isinstance(value, tuple | list):
+            doc[f.name] = [asdict(v) if is_dataclass(v) else v for v in value]
+        else:
+            doc[f.name] = value
+    return doc
 
 
 def parse_run_fields(

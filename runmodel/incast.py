@@ -26,6 +26,7 @@ from runmodel.config import (
     ControllerOptions,
     parse_run_fields,
     read_scenario_object,
+    run_fields_doc,
     split_commas,
 )
 from runmodel.fabric import FabricSpec, Plan, build_plan
@@ -293,18 +294,7 @@ class IncastConfig:
     # -- files ----------------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
         """config.json of the run."""
-        doc: dict[str, Any] = {"schema": INCAST_SCHEMA, "kind": "incast"}
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if f.name == "fabric":
-                doc[f.name] = value.to_dict()
-            elif f.name == "controller":
-                doc[f.name] = asdict(value)
-            elif isinstance(value, tuple):
-                doc[f.name] = list(value)
-            else:
-                doc[f.name] = value
-        return doc
+        return run_fields_doc(self, {"schema": INCAST_SCHEMA, "kind": "incast"})
 
     @classmethod
     def from_dict(cls, doc: dict[str, Any], where: str = "config") -> IncastConfig:
