@@ -201,6 +201,16 @@ def _group_start(first: np.ndarray) -> np.ndarray:
     return np.repeat(starts, np.diff(np.r_[starts, first.shape[0]]))
 
 
+def _groups(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """ids grouped: the stable order that sorts them, the sorted ids, where each group of equal ids
+    begins (bool, per sorted position) and each sorted position's group start."""
+    order = _stable_order(ids)
+    ordered = ids[order]
+    first = np.ones(ordered.shape[0], dtype=bool)
+    first[1:] = ordered[1:] != ordered[:-1]
+    return order, ordered, first, _group_start(first)
+
+
 def _lt32(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     d = a.astype(np.int64, copy=False) - b.astype(np.int64, copy=False)
     d &= 0xFFFFFFFF
@@ -224,11 +234,7 @@ def analyze(p: Packets, *, exact_fallback: bool = True) -> TcpAnalysis:
     sfr = (fl & (SYN | FIN | RST)) != 0
 
     # ---- per direction, in direction-sorted order
-    o = _stable_order(flow)
-    fo = flow[o]
-    first_s = np.ones(n, dtype=bool)
-    first_s[1:] = fo[1:] != fo[:-1]
-    gstart = _group_start(first_s)
+    o, fo, first_s, gstart = _groups(flow)
     sq = seq[o]
     d32 = np.zeros(n, dtype=np.int64)
     d32[1:] = ((sq[1:] - sq[:-1] + (1 << 31)) & 0xFFFFFFFF) - (1 << 31)
@@ -273,11 +279,7 @@ def analyze(p: Packets, *, exact_fallback: bool = True) -> TcpAnalysis:
     nsb32 = nextseq_b & 0xFFFFFFFF
 
     # ---- last packet of the reverse direction (capture order)
-    oc = _stable_order(conv)
-    co = conv[oc]
-    cfirst = np.ones(n, dtype=bool)
-    cfirst[1:] = co[1:] != co[:-1]
-    cstart = _group_start(cfirst)
+    oc, co, cfirst, cstart = _groups(conv)
     sd = side[oc]
     # the reverse direction's last packet is the one before the current run of this side began
     chg = np.zeros(n, dtype=bool)
