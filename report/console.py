@@ -23,7 +23,7 @@ from typing import Any
 MISSING = "-"
 GAP = 2  # spaces between two columns
 GOAL_MARK = {True: "met", False: "NOT met", None: "not measured"}
-TABLE_SCHEMA = "incastlab-table/1"  # Table.to_doc's shape; a new number when a key changes meaning
+TABLE_SCHEMA = "incastlab.table/1"  # Table.to_doc's shape; a new number when a key changes meaning
 
 
 @dataclass(frozen=True)
