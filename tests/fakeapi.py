@@ -21,8 +21,13 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+from controller.stats import PORT_FIELDS
+
 STATIC_DIR = Path(__file__).resolve().parent.parent / "controller" / "static"
 MODES = ("ok", "down", "frozen", "error")
+# the port counters the real controller keeps and /api/ports serves, but the error counts: the fake
+# fabric has no errors to count
+PORT_COUNTERS = tuple(f for f in PORT_FIELDS if not f.endswith("_errors"))
 
 
 class FakeFabric:
@@ -62,21 +67,7 @@ class FakeFabric:
             for j in range(1, leaves + 1):
                 self.port_peers[(f"sp{i}", j)] = f"lf{j}"
         self.counters: dict[tuple[str, int], dict[str, float]] = {
-            key: dict.fromkeys(
-                (
-                    "tx_bytes",
-                    "rx_bytes",
-                    "tx_packets",
-                    "rx_packets",
-                    "tx_dropped",
-                    "rx_dropped",
-                    "tx_bps",
-                    "rx_bps",
-                    "q_drops",
-                    "q_dps",
-                ),
-                0.0,
-            )
+            key: dict.fromkeys((*PORT_COUNTERS, "tx_bps", "rx_bps", "q_drops", "q_dps"), 0.0)
             for key in self.port_peers
         }
         ps = self.host(ps_host)
@@ -195,17 +186,7 @@ class FakeFabric:
                     "port": port,
                     "name": f"{sw}-eth{port}",
                     "peer": self.port_peers[(sw, port)],
-                    **{
-                        k: int(c[k])
-                        for k in (
-                            "tx_bytes",
-                            "rx_bytes",
-                            "tx_packets",
-                            "rx_packets",
-                            "tx_dropped",
-                            "rx_dropped",
-                        )
-                    },
+                    **{k: int(c[k]) for k in PORT_COUNTERS},
                     "tx_bps": c["tx_bps"],
                     "rx_bps": c["rx_bps"],
                     "util": c["tx_bps"] / cap,
