@@ -26,6 +26,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -37,14 +38,14 @@ SKIP_STRATEGY = ("*.stderr",)  # the processes' stderr: nothing reads it after t
 MAX_BYTES = 6_000_000  # the fixture must stay a few MB
 
 
-def run_real(results: Path) -> Path:
-    """`incastlab compare COMMAND --results results` under the lock; the run folder it wrote."""
-    cmd = ["flock", LOCK, sys.executable, "-m", "incastlab.cli", *COMMAND, "--results", str(results)]
+def run_real(results: Path, command: list[str] = COMMAND) -> Path:
+    """`incastlab command --results results` under the lock; the run folder it wrote."""
+    cmd = ["flock", LOCK, sys.executable, "-m", "incastlab.cli", *command, "--results", str(results)]
     print("running:", " ".join(cmd), file=sys.stderr, flush=True)
     proc = subprocess.run(cmd, cwd=ROOT, text=True, capture_output=True, timeout=1800)
     sys.stderr.write(proc.stderr[-4000:])
     if proc.returncode != 0:
-        raise SystemExit(f"incastlab compare exited {proc.returncode}")
+        raise SystemExit(f"incastlab {command[0]} exited {proc.returncode}")
     return (results / "latest").resolve()
 
 
@@ -79,29 +80,42 @@ def header_bytes(pkt: bytes) -> int:
     return 14 + ihl + (pkt[14 + ihl + 12] >> 4) * 4
 
 
-def copy_trimmed(run: Path, dest: Path) -> None:
-    """`run` into a fresh `dest` without what nothing reads again (SKIP_RUN, SKIP_STRATEGY), pcaps
-    trimmed to their headers."""
+def copy_files(src: Path, dest: Path, skip: tuple[str, ...]) -> None:
+    """The files (not folders) of src into dest, but those matching a glob pattern of skip."""
+    dropped = {p for pattern in skip for p in src.glob(pattern)}
+    for item in sorted(src.iterdir()):
+        if item.is_file() and item not in dropped:
+            shutil.copyfile(item, dest / item.name)
+
+
+def copy_pcaps(src: Path, dest: Path) -> None:
+    """src/pcap/*.pcap, trimmed to their headers, into dest/pcap (nothing if src has no pcap folder)."""
+    if (src / "pcap").is_dir():
+        (dest / "pcap").mkdir()
+        for pcap in sorted((src / "pcap").glob("*.pcap")):
+            trim_pcap(pcap, dest / "pcap" / pcap.name)
+
+
+def fresh(dest: Path) -> None:
+    """dest as an empty folder (what was there goes)."""
     if dest.exists():
         shutil.rmtree(dest)
     dest.mkdir(parents=True)
+
+
+def copy_trimmed(run: Path, dest: Path) -> None:
+    """`run` into a fresh `dest` without what nothing reads again (SKIP_RUN, SKIP_STRATEGY), pcaps
+    trimmed to their headers."""
+    fresh(dest)
     strategies = json.loads((run / "config.json").read_text())["strategies"]
-    for item in sorted(run.iterdir()):
-        if item.is_file() and item.name not in SKIP_RUN:
-            shutil.copyfile(item, dest / item.name)
+    copy_files(run, dest, SKIP_RUN)
     for strategy in strategies:
         src, out = run / strategy, dest / strategy
         if not src.is_dir():
             continue
         out.mkdir()
-        skip = {p for pattern in SKIP_STRATEGY for p in src.glob(pattern)}
-        for item in sorted(src.iterdir()):
-            if item.is_file() and item not in skip:
-                shutil.copyfile(item, out / item.name)
-        if (src / "pcap").is_dir():
-            (out / "pcap").mkdir()
-            for pcap in sorted((src / "pcap").glob("*.pcap")):
-                trim_pcap(pcap, out / "pcap" / pcap.name)
+        copy_files(src, out, SKIP_STRATEGY)
+        copy_pcaps(src, out)
 
 
 def check_nothing_lost(run: Path, fixture: Path) -> None:
@@ -124,29 +138,52 @@ def check_nothing_lost(run: Path, fixture: Path) -> None:
         raise SystemExit(f"the trimmed copy's summary differs from the whole run's: {diff}")
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Run (or take) a run, copy it trimmed into --out, check that nothing the summary reads was lost."""
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def regenerate(
+    argv: list[str] | None,
+    *,
+    doc: str,
+    command: list[str],
+    fixture_dir: Path,
+    max_bytes: int,
+    copy: Callable[[Path, Path], None],
+    check: Callable[[Path, Path], None],
+) -> int:
+    """The command line both fixture makers share: run `incastlab command` (or take --from), copy it
+    with `copy` into --out, `check` that nothing was lost, and refuse a fixture over max_bytes."""
+    p = argparse.ArgumentParser(description=doc.split("\n")[0])
     p.add_argument("--from", dest="run", type=Path, help="an existing run folder (default: run one now)")
-    p.add_argument("--out", type=Path, default=FIXTURE_DIR, help=f"default: {FIXTURE_DIR}")
+    p.add_argument("--out", type=Path, default=fixture_dir, help=f"default: {fixture_dir}")
     p.add_argument("--keep", type=Path, help="run into this results folder and keep it (default: a temp dir)")
     args = p.parse_args(argv)
     sys.path.insert(0, str(ROOT))
     tmp = None
     if args.run is None:
-        results = args.keep or Path(tmp := tempfile.mkdtemp(prefix="incastlab-fixture-"))
-        run = run_real(results)
+        results = args.keep or Path(tmp := tempfile.mkdtemp(prefix=f"incastlab-{fixture_dir.name}-"))
+        run = run_real(results, command)
     else:
         run = args.run.resolve()
-    copy_trimmed(run, args.out)
-    check_nothing_lost(run, args.out)
+    copy(run, args.out)
+    check(run, args.out)
     size = sum(f.stat().st_size for f in args.out.rglob("*") if f.is_file())
-    print(f"{args.out}: {size / 1e6:.2f} MB from {run}", file=sys.stderr)
+    print(f"{args.out}: {size / 1e3:.0f} KB from {run}", file=sys.stderr)
     if tmp:
         shutil.rmtree(tmp, ignore_errors=True)
-    if size > MAX_BYTES:
-        raise SystemExit(f"fixture is {size / 1e6:.1f} MB, more than {MAX_BYTES / 1e6:.0f} MB")
+    if size > max_bytes:
+        raise SystemExit(f"fixture is {size / 1e3:.0f} KB, more than {max_bytes / 1e3:.0f} KB")
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run (or take) a run, copy it trimmed into --out, check that nothing the summary reads was lost."""
+    return regenerate(
+        argv,
+        doc=__doc__,
+        command=COMMAND,
+        fixture_dir=FIXTURE_DIR,
+        max_bytes=MAX_BYTES,
+        copy=copy_trimmed,
+        check=check_nothing_lost,
+    )
 
 
 if __name__ == "__main__":
