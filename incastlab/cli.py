@@ -206,7 +206,7 @@ def cmd_experiment(args: argparse.Namespace) -> int:
         error, code = "interrupted", EXIT_INTERRUPTED
     finally:
         try:
-            finish(folder.path, error)
+            finish(folder.path, error, as_json=getattr(args, "json", False))
         except KeyboardInterrupt:
             error, code = "interrupted while writing the summary and report", EXIT_INTERRUPTED
     if error:
@@ -216,15 +216,16 @@ def cmd_experiment(args: argparse.Namespace) -> int:
     return code
 
 
-def finish(run_dir: Path, error: str | None) -> None:
-    """Summary, table and report of whatever the run produced (also after a failure)."""
+def finish(run_dir: Path, error: str | None, as_json: bool = False) -> None:
+    """Summary, table and report of whatever the run produced (also after a failure); with as_json
+    the table is printed as JSON and stdout holds nothing else."""
     from analysis.summary import summarize
-    from report.console import comparison_table
+    from report.console import comparison
 
     try:
         say("summary: computing figures")
         summary = summarize(run_dir)
-        print(comparison_table(summary), flush=True)
+        print(table_text(comparison(summary), run_dir, as_json), flush=True)
     except Exception as exc:  # noqa: BLE001 - the run's files stay; the report can be rebuilt
         say(f"summary failed: {type(exc).__name__}: {exc} (rebuild with `incastlab report {run_dir}`)")
         return
@@ -233,17 +234,33 @@ def finish(run_dir: Path, error: str | None) -> None:
 
         say("report: building")
         built = build_report(run_dir)
-        print(f"report: {built['files']['html']}", flush=True)
+        (say if as_json else print)(f"report: {built['files']['html']}")
     except Exception as exc:  # noqa: BLE001
         say(f"report failed: {type(exc).__name__}: {exc} (rebuild with `incastlab report {run_dir}`)")
 
 
+def table_text(table: Any, run_dir: Path, as_json: bool) -> str:
+    """A command's table (report.console's Table) as text, or with as_json as JSON with the run
+    folder's path under `run` (a script's one stdout document)."""
+    return table.render_json(run=str(run_dir)) if as_json else table.render()
+
+
 def cmd_report(args: argparse.Namespace) -> int:
-    """Rebuild report.html/.md and figures of a saved run (and its summary if it has none)."""
+    """Rebuild report.html/.md and figures of a saved run (and its summary if it has none); with
+    --json print the comparison table as JSON instead of the report's path."""
     from report import build_report
 
     result = build_report(Path(args.run))
-    print(result["files"]["html"])
+    if not getattr(args, "json", False):
+        print(result["files"]["html"])
+        return 0
+    from report.console import comparison
+    from runmodel.folder import RunFolder
+    from runmodel.summary import RunSummary
+
+    folder = RunFolder(Path(result["run_dir"]))
+    say(f"report: {result['files']['html']}")
+    print(table_text(comparison(RunSummary.from_dict(folder.summary_doc() or {})), folder.path, True))
     return 0
 
 
@@ -289,6 +306,16 @@ def run_name(text: str) -> str:
         return check_run_name(text)
     except ParamError as exc:
         raise argparse.ArgumentTypeError(str(exc).removeprefix("--name: ")) from exc
+
+
+def add_json_flag(p: argparse.ArgumentParser) -> None:
+    """--json: the end-of-run table as one JSON document on stdout (report.console's Table.to_doc,
+    plus the run folder's path under `run`); progress stays on stderr."""
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="print the table as JSON on stdout (columns, rows, footer, run) instead of text",
+    )
 
 
 def add_results_flags(p: argparse.ArgumentParser) -> None:
@@ -373,6 +400,7 @@ def build_parser() -> Parser:
         add_param_flags(e, ControllerOptions, "controller", shown.controller)
         e.add_argument("--scenario", help=f"scenario file (default: the shipped {scenario.name})")
         add_results_flags(e)
+        add_json_flag(e)
         e.set_defaults(func=cmd_experiment, default_scenario=name)
 
     job_scenario = SCENARIO_DIR / "job.json"
@@ -391,6 +419,7 @@ def build_parser() -> Parser:
     add_param_flags(j, ControllerOptions, "controller", shown_job.controller)
     j.add_argument("--scenario", help=f"scenario file (default: the shipped {job_scenario.name})")
     add_results_flags(j)
+    add_json_flag(j)
     j.add_argument("job_command", nargs="*", metavar="-- CMD", help="the command each worker container runs")
     j.set_defaults(func=cmd_experiment, default_scenario="job")
 
@@ -421,6 +450,7 @@ def build_parser() -> Parser:
 
     r = sub.add_parser("report", help="rebuild the report of a saved run folder")
     r.add_argument("run", help="run folder, e.g. results/latest")
+    add_json_flag(r)
     r.set_defaults(func=cmd_report)
 
     from analysis.cli import ANALYZE_HELP, INSPECT_HELP, add_analyze_arguments, add_inspect_arguments

@@ -206,3 +206,21 @@ def test_bench_table_columns_and_footer() -> None:
     fits = [{"collective": "ring", "steps": 4, "alpha_s": 0.0021, "beta_over_link": 1.02}]
     fits[0] |= {"link_efficiency": None, "max_rel_residual": 0.031}
     assert split(sweep.fit_table(fits))[2] == [["ring", "4", "2.10", "1.020", "-", "3.1%"]]
+
+
+def test_report_json_prints_one_json_document_on_stdout(tmp_path, capsys) -> None:
+    # `incastlab report RUN --json`: stdout is the table's JSON alone, the report's path on stderr
+    import shutil
+
+    from incastlab.cli import main as cli_main
+
+    run = tmp_path / "run"
+    shutil.copytree(DATA / "run-small", run)
+    assert cli_main(["report", str(run), "--json"]) == 0
+    out, err = capsys.readouterr()
+    doc = json.loads(out)
+    summary = json.loads((DATA / "run-small" / "summary.json").read_text())
+    assert doc["run"] == str(run.resolve()) and "report.html" in err
+    assert {r["strategy"]: r["iter_time_s"] for r in doc["rows"]} == {
+        k: s["iter_time_s"] for k, s in summary["strategies"].items()
+    }
