@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -17,49 +16,23 @@ from typing import Any
 
 import pytest
 
+from tests.browser import WebDriver, make_driver, missing
 from tests.conftest import require
 from tests.fakeapi import FakeApi, FakeFabric
 from tests.waiting import wait_for
 
 try:
-    from selenium import webdriver
-    from selenium.webdriver.chrome.options import Options
-    from selenium.webdriver.chrome.service import Service
     from selenium.webdriver.common.by import By
-    from selenium.webdriver.remote.webdriver import WebDriver
 except ImportError:  # selenium missing: the tests skip (and fail under CI=true)
-    webdriver = None  # type: ignore[assignment]
-    WebDriver = Any  # type: ignore[assignment,misc]
+    pass
 
 pytestmark = pytest.mark.browser
 
 ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
-CHROMIUM = next((p for p in map(shutil.which, ("chromium", "chromium-browser", "google-chrome")) if p), None)
-CHROMEDRIVER = shutil.which("chromedriver")
 HHMMSS = re.compile(r"\b\d{2}:\d{2}:\d{2}\b")
 
 
 # ---------- reusable helpers (base URL + driver) ----------
-def make_driver(width: int = 1400, height: int = 1000) -> WebDriver:
-    """Headless Chromium through the system chromedriver (no selenium-manager download)."""
-    opts = Options()
-    for arg in (
-        "--headless=new",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-dev-shm-usage",
-        f"--window-size={width},{height}",
-        "--hide-scrollbars",
-        "--lang=en-US",
-    ):
-        opts.add_argument(arg)
-    opts.binary_location = CHROMIUM or ""
-    opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    drv = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=opts)
-    drv.set_window_size(width, height)
-    return drv
-
-
 def fetch_json(base_url: str, path: str) -> dict[str, Any]:
     """GET one API document."""
     with urllib.request.urlopen(base_url.rstrip("/") + path, timeout=5) as resp:
@@ -294,8 +267,7 @@ def check_phase_shown(
 @pytest.fixture(scope="module")
 def driver() -> Iterator[WebDriver]:
     """One headless Chromium for the module; skips when the browser stack is missing."""
-    require("selenium not installed" if webdriver is None else None)
-    require("chromium / chromedriver not installed" if CHROMIUM is None or CHROMEDRIVER is None else None)
+    require(missing())
     drv = make_driver()
     yield drv
     drv.quit()

@@ -29,6 +29,7 @@ from report.markdown import render_markdown
 from report.run import ReportError, RunView
 from runmodel.params import ParamError
 from runmodel.records import FaultRecord, JsonlWriter
+from tests.browser import CHROMIUM, make_driver, missing
 from tests.conftest import ROOT, require
 from tests.make_run_fixture import FIXTURE_DIR, MAX_BYTES, header_bytes
 
@@ -53,7 +54,6 @@ SUMMARY_TABLES = [
 ]
 STRAGGLER_FIGURES = {"compute_share", "loss"}
 ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
-CHROMIUM = shutil.which("chromium")
 # real run folders the browser test and tests/test_report_figures.py also render (colon-separated; those
 # that exist): the default compare (ps, ring, 7 workers) and the cures (six variants on 12 hosts)
 RUNS_ENV = os.environ.get("INCASTLAB_REPORT_RUNS", "")
@@ -706,14 +706,7 @@ def test_page_at_1400px(tmp_path: Path) -> None:
     """No table clipped or scrolling sideways, every image drawn, every table under a heading;
     screenshots in tests/artifacts/: the fixture, the fixture with stragglers, and copies of the real
     runs of INCASTLAB_REPORT_RUNS (report-<run>.png: the top of the page, -full.png: all of it)."""
-    require(None if CHROMIUM and shutil.which("chromedriver") else "chromium / chromedriver not installed")
-    try:
-        from selenium import webdriver
-        from selenium.webdriver.chrome.options import Options
-        from selenium.webdriver.chrome.service import Service
-    except ImportError:
-        require("selenium not installed")
-        return
+    require(missing())
     base = copy_run(tmp_path / "base")
     build_report(base)
     strag = copy_run(tmp_path / "stragglers")
@@ -726,20 +719,8 @@ def test_page_at_1400px(tmp_path: Path) -> None:
         summarize(run)
         build_report(run)
         reals.append(run)
-    opts = Options()
-    for arg in (
-        "--headless=new",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-dev-shm-usage",
-        "--window-size=1400,3000",
-        "--hide-scrollbars",
-    ):
-        opts.add_argument(arg)
-    opts.binary_location = CHROMIUM or ""
-    drv = webdriver.Chrome(service=Service(executable_path=shutil.which("chromedriver")), options=opts)
+    drv = make_driver(1400, 3000)
     try:
-        drv.set_window_size(1400, 3000)
         for run in (base, strag, *reals):
             drv.get((run / "report.html").as_uri())
             geo = drv.execute_script("""
