@@ -11,8 +11,10 @@ stalled its flow.
   the wire busy long after the timer was armed); (b) it is not in a burst: nothing sent within
   `burst_s` before, nor after unless an ACK came between (keeps out SACK/RACK recovery); (c) sends
   are placed at their TSval when the capture has timestamps (tcpopts.py), so the sender's own queue
-  does not bend (a) and (b). A head retransmission right after a SACK still counts: in SACK
-  recovery the timer fires while SACKs keep arriving.
+  does not bend (a) and (b). With a long timer (200 ms) a head retransmission right after a SACK
+  still counts: in SACK recovery the timer fires while SACKs keep arriving. With a short one
+  (rto_min_ms=1) the wait cannot tell the two apart, and one within `burst_s` of an ACK is
+  taken as ACK-clocked.
 - TLP: in the Open state, the first non-burst retransmission of the *last* segment since the last
   ACK advance. With one segment in flight the first such retransmission is the probe, the next an RTO.
 - SYN / SYN-ACK timer retransmissions (kind "syn"), which the kernel counts as timeouts too, unless
@@ -51,6 +53,7 @@ from analysis.seqspace import (
 RTO_MIN_S = 0.2  # Linux TCP_RTO_MIN
 TOLERANCE = 0.75  # an RTO is counted from tolerance * rto_min on (timer slack, queueing skew)
 BURST_S = 0.005  # sends closer than this belong to one burst (not timer driven)
+SHORT_TIMER_BURSTS = 10  # a timer shorter than this many bursts: an ACK just before a resend clocked it
 
 _HALF = np.int64(1 << 41)
 _SPAN = np.int64(1 << 43)
@@ -288,7 +291,11 @@ def rto_events(
     rp_b = _shift(rp, first, _NEG)
     open_state = ((rp_b == _NEG) | (rp_b <= una_eff)) & (dups == 0)
     tlp = rtx & ~syn & single & tail & open_state & ~ack_clocked
-    rto = rtx & ~syn & ~tlp & head & single & (waited >= thr) & (win != 0)
+    # with a timer far longer than a burst, an ACK just before a head retransmission says nothing (in
+    # SACK recovery SACKs keep coming while the timer runs down); with a short one (rto_min_ms=1) the
+    # two cannot be told apart by the wait, and the ACK is the likelier cause
+    clocked = ack_clocked if thr < SHORT_TIMER_BURSTS * burst else np.zeros_like(ack_clocked)
+    rto = rtx & ~syn & ~tlp & head & single & ~clocked & (waited >= thr) & (win != 0)
     syn_to = rtx & syn & (t - t_rev >= burst) & (t - t_copy >= thr)
     idle = t - np.maximum(prev_t, t_adv)
     hit = np.flatnonzero(rto | tlp | syn_to)
