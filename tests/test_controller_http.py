@@ -18,6 +18,7 @@ import sys
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -575,46 +576,51 @@ def connects(host: str, port: int) -> bool:
         return False
 
 
+def assert_answers_on_loopback_only(port: int, what: str) -> None:
+    """`port` takes connections on 127.0.0.1 and not on this machine's other address (if it has one)."""
+    other = other_local_address()
+    if other is not None:
+        assert not connects(other, port), f"{what} answers on {other}"
+    assert connects("127.0.0.1", port)
+
+
+@contextmanager
+def controller_for_one_test(workdir: Path, **kw: str) -> Iterator[ControllerProcess]:
+    """start_controller(workdir, **kw) for the block; stopped after it, then its log holds no traceback."""
+    ctl = start_controller(workdir, **kw)
+    try:
+        yield ctl
+    finally:
+        ctl.stop()
+    assert "Traceback" not in ctl.log_file.read_text(errors="replace")
+
+
 def test_api_listens_on_loopback_only_by_default(ctl: ControllerProcess) -> None:
     assert parse_args(["--plan", "p.json"]).api_host == "127.0.0.1"
     assert default_process().api_host == "127.0.0.1"
     assert listen_addresses(ctl.api_port) == {"127.0.0.1"}
-    other = other_local_address()
-    if other is not None:
-        assert not connects(other, ctl.api_port), f"API answers on {other}"
-    assert connects("127.0.0.1", ctl.api_port)
+    assert_answers_on_loopback_only(ctl.api_port, "API")
 
 
 def test_api_host_all_addresses_only_when_asked(tmp_path: Path) -> None:
-    ctl = start_controller(tmp_path, api_host="0.0.0.0")
-    try:
+    with controller_for_one_test(tmp_path, api_host="0.0.0.0") as ctl:
         assert listen_addresses(ctl.api_port) == {"0.0.0.0"}
         other = other_local_address()
         if other is not None:
             assert connects(other, ctl.api_port)
         assert ctl.get("/api/phase")["state"] == "idle"
-    finally:
-        ctl.stop()
-    assert "Traceback" not in ctl.log_file.read_text(errors="replace")
 
 
 def test_openflow_listens_on_loopback_only_by_default(ctl: ControllerProcess) -> None:
     assert parse_args(["--plan", "p.json"]).of_host == "127.0.0.1"
     assert default_process().of_host == "127.0.0.1"
     assert wait_for(lambda: listen_addresses(ctl.of_port), 10, "the OpenFlow listener") == {"127.0.0.1"}
-    other = other_local_address()
-    if other is not None:
-        assert not connects(other, ctl.of_port), f"OpenFlow port answers on {other}"
-    assert connects("127.0.0.1", ctl.of_port)
+    assert_answers_on_loopback_only(ctl.of_port, "OpenFlow port")
 
 
 def test_openflow_host_all_addresses_only_when_asked(tmp_path: Path) -> None:
-    ctl = start_controller(tmp_path, of_host="0.0.0.0")
-    try:
+    with controller_for_one_test(tmp_path, of_host="0.0.0.0") as ctl:
         assert wait_for(lambda: listen_addresses(ctl.of_port), 10, "the OpenFlow listener") == {"0.0.0.0"}
-    finally:
-        ctl.stop()
-    assert "Traceback" not in ctl.log_file.read_text(errors="replace")
 
 
 @pytest.mark.parametrize("taken_on", ["127.0.0.1", "0.0.0.0"])
