@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import socket
 import statistics
@@ -26,7 +27,7 @@ import pytest
 
 from analysis.pcapfile import read_pcap, str_to_ip
 from capture.pcap import CaptureError, CapturePoint, PcapCapture
-from capture.queue_depth import QueueSampler, parse_tc_class_block, read_root_qdiscs
+from capture.queue_depth import QueueSampler, read_root_qdiscs
 
 NS = "ilt-cap-b"
 ROOT_IF, NS_IF = "iltcap0", "iltcap1"
@@ -114,9 +115,9 @@ def link() -> Iterator[Link]:
 def tc_class() -> dict[str, int]:
     """The kernel's own counters of class 1:1, read with tc."""
     out = sh("tc", "-s", "class", "show", "dev", ROOT_IF, "classid", "1:1")
-    stats = parse_tc_class_block(out.splitlines())
-    assert stats is not None
-    return {"drops": stats.drops, "sent_packets": stats.sent_packets}
+    m = re.search(r"Sent \d+ bytes (\d+) pkt \(dropped (\d+),", out)
+    assert m is not None, out
+    return {"drops": int(m.group(2)), "sent_packets": int(m.group(1))}
 
 
 def blast_udp(flows: int = 4, per_flow: int = 1000, seconds: float = 1.5, size: int = 1400) -> int:
@@ -173,19 +174,18 @@ def both_ends(tmp_path: Path, bpf: str) -> PcapCapture:
     )
 
 
-@pytest.mark.parametrize("backend", ["netlink", "tc"])
-def test_overload_queue_depth_and_pcaps_agree_with_kernel(link: Link, tmp_path: Path, backend: str) -> None:
+def test_overload_queue_depth_and_pcaps_agree_with_kernel(link: Link, tmp_path: Path) -> None:
     before = tc_class()
     cap = both_ends(tmp_path, "udp")
     cap.start()
-    sampler = QueueSampler(ROOT_IF, tmp_path / "queue_depth.jsonl", backend=backend)
+    sampler = QueueSampler([ROOT_IF], tmp_path / "queue_depth.jsonl")
     sampler.start()
     sent = blast_udp()
     summary = sampler.stop()
     doc = cap.stop()
     after = tc_class()
 
-    assert summary["backend"] == ("netlink" if backend == "netlink" else "tc-batch")
+    assert summary["backend"] == "netlink-qdisc"
     assert summary["error"] is None
     assert 15 <= summary["max_backlog_packets"] <= QUEUE_LIMIT
     assert summary["max_backlog_bytes"] >= 15 * 1400
@@ -193,9 +193,10 @@ def test_overload_queue_depth_and_pcaps_agree_with_kernel(link: Link, tmp_path: 
     assert summary["samples"] >= 50
 
     lines = [json.loads(line) for line in (tmp_path / "queue_depth.jsonl").read_text().splitlines()]
-    assert len(lines) == summary["samples"]
+    assert 50 <= len(lines) <= summary["samples"]  # a tick whose counters did not change writes none
     gaps = [b["t"] - a["t"] for a, b in zip(lines, lines[1:], strict=False)]
-    assert summary["interval_s_median"] == pytest.approx(statistics.median(gaps), abs=1e-5)
+    assert statistics.median(gaps) == pytest.approx(0.01, abs=0.003)  # the configured interval
+    assert summary["interval_s_median"] == pytest.approx(0.01, abs=0.003)
     assert set(lines[0]) == {"t", "backlog_bytes", "backlog_packets", "drops", "sent_packets", "port"}
     assert {ln["port"] for ln in lines} == {ROOT_IF}
     assert all(a["t"] < b["t"] for a, b in zip(lines, lines[1:], strict=False))
@@ -302,13 +303,3 @@ def test_interface_removed_mid_capture_is_reported_incomplete(link: Link, tmp_pa
     assert doomed["complete"] is False and "disappeared" in doomed["error"]
     assert root["complete"] is True and doc["complete"] is False
     assert my_tcpdumps(str(tmp_path)) == []
-
-
-def test_sampler_rejects_a_missing_class(link: Link, tmp_path: Path) -> None:
-    from capture.queue_depth import QueueSamplerError
-
-    for backend in ("netlink", "tc"):
-        sampler = QueueSampler(ROOT_IF, tmp_path / f"{backend}.jsonl", classid="1:7", backend=backend)
-        with pytest.raises(QueueSamplerError, match="1:7"):
-            sampler.start()
-        assert sampler.stop()["samples"] == 0

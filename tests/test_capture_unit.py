@@ -22,9 +22,6 @@ from capture.queue_depth import (
     ClassStats,
     QueueSampler,
     QueueSamplerError,
-    _tc_size,
-    parse_classid,
-    parse_tc_class_block,
     parse_tclass_stats,
 )
 from runmodel.records import HostCounters
@@ -233,21 +230,8 @@ def test_parse_tclass_stats() -> None:
     assert parse_tclass_stats(struct.pack("=BxxxiIII", 0, 5, 0x10001, 0, 0)) is None
 
 
-def test_parse_classid_and_tc_text() -> None:
-    assert parse_classid("1:1") == 0x10001
-    assert parse_classid("1:fffe") == 0x1FFFE
-    block = [
-        "class htb 1:1 root prio 0 rate 20Mbit ceil 20Mbit burst 1600b cburst 1600b",
-        " Sent 3778808 bytes 2630 pkt (dropped 1380, overlimits 2619 requeues 0)",
-        " backlog 28840b 20p requeues 0",
-    ]
-    assert parse_tc_class_block(block) == ClassStats(28840, 20, 1380, 2630)
-    assert parse_tc_class_block(block[:2]) is None
-    assert (_tc_size("1514b"), _tc_size("30Kb"), _tc_size("2Mb")) == (1514, 30 * 1024, 2 * 1024 * 1024)
-
-
 def test_sampler_rejects_missing_interface(tmp_path: Path) -> None:
-    sampler = QueueSampler("iltcap-none", tmp_path / "q.jsonl")
+    sampler = QueueSampler(["lo", "iltcap-none"], tmp_path / "q.jsonl")
     with pytest.raises(QueueSamplerError, match="iltcap-none"):
         sampler.start()
     assert sampler.stop()["samples"] == 0
