@@ -20,7 +20,7 @@ from os_ken.ofproto import ofproto_v1_3
 
 from controller.api import CLIENT_TIMEOUT, ApiApp
 from controller.routing import FlowRule, GroupRule, SwitchRules, compute_rules
-from controller.stats import StatsStore
+from controller.stats import PORT_FIELDS, StatsStore
 from runmodel.fabric import Plan
 
 CONFIG: dict[str, Any] = {}
@@ -134,19 +134,7 @@ class FabricController(app_manager.OSKenApp):
         dpid = ev.msg.datapath.id
         t = self.store.now()
         for s in ev.msg.body:
-            counters = {
-                f: getattr(s, f)
-                for f in (
-                    "tx_bytes",
-                    "rx_bytes",
-                    "tx_packets",
-                    "rx_packets",
-                    "tx_dropped",
-                    "rx_dropped",
-                    "tx_errors",
-                    "rx_errors",
-                )
-            }
+            counters = {f: getattr(s, f) for f in PORT_FIELDS}
             self.store.add_port(dpid, s.port_no, counters, s.duration_sec + s.duration_nsec * 1e-9, t)
 
     @set_ev_cls(ofp_event.EventOFPQueueStatsReply, MAIN_DISPATCHER)
