@@ -24,7 +24,7 @@ class FabricController(RemoteController):
 
     Mininet's own check runs `telnet` to the controller's port and reads its output as UTF-8; the
     controller answers with a binary OpenFlow HELLO whose random transaction id is now and then not
-    UTF-8, and the fabric's start failed with a UnicodeDecodeError (seen once in a CI run).
+    UTF-8, which fails the fabric's start with a UnicodeDecodeError.
     """
 
     def isListening(self, ip: str, port: int) -> bool:  # noqa: N802 - Mininet's name
