@@ -7,10 +7,9 @@ the experiments compare against the parameter server's incast.
 Pipelined, as NCCL and gloo are: every chunk is cut into segments, and segment j of step i leaves
 as soon as segment j of step i-1 has arrived (and been added), while the next segments are still
 on the wire. Receives are posted a window ahead, so gloo's rendezvous (a send waits for the peer's
-"receive ready") never costs a round trip on the critical path. Without this, every one of the
-2(N-1) steps ended with the link idle: the last segment's latency, the wake-up of the process, the
-next send's start, and a tail loss that only a timer could repair (measured by `make bench`; see
-docs/RESULTS.md, "make bench").
+"receive ready") never costs a round trip on the critical path. Unpipelined, every one of the
+2(N-1) steps ends with the link idle: the last segment's latency, the wake-up of the process, the
+next send's start, and a tail loss that only a timer can repair (docs/RESULTS.md, "make bench").
 """
 
 from __future__ import annotations
