@@ -7,7 +7,7 @@ between), and the options are walked at most 40 steps for all packets at once.
 
 Why rto.py wants TSval: a Linux sender stamps TSval when TCP builds the segment, in ms of its own
 clock, so TSval tells when the kernel sent a packet even if the packet waited in the host's qdisc
-long before the capture point saw it (the PS host here: up to 0.2 s).
+long before the capture point saw it (a PS host's deep qdisc: see docs/RESULTS.md).
 """
 
 from __future__ import annotations
