@@ -11,7 +11,7 @@ import json
 import re
 from dataclasses import asdict, dataclass, fields, is_dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 from runmodel import SCHEMA
 from runmodel.fabric import FabricSpec, Plan, build_plan
@@ -150,8 +150,23 @@ class ControllerOptions:
         return cls(**doc)
 
 
+class RunConfig:
+    """What the two run configs (ExperimentConfig, IncastConfig) do alike with their fabric and
+    controller fields."""
+
+    def overridden(self, fabric: dict[str, Any], controller: dict[str, Any], top: dict[str, Any]) -> Self:
+        """This config with the given fields replaced (the flags given on a command line)."""
+        cfg: Any = self
+        return replace(
+            cfg,
+            fabric=replace(cfg.fabric, **fabric),
+            controller=replace(cfg.controller, **controller),
+            **top,
+        )
+
+
 @dataclass(frozen=True)
-class ExperimentConfig:
+class ExperimentConfig(RunConfig):
     """Every parameter of a run (config.json). One field, one flag: see runmodel.params."""
 
     fabric: FabricSpec = param(factory=FabricSpec, cli=False)
@@ -384,17 +399,6 @@ class ExperimentConfig:
                 raise ParamError(f"{where}: stragglers must be a list")
             doc["stragglers"] = tuple(Straggler.from_dict(s) for s in doc["stragglers"])
         return cls(**doc)
-
-    def overridden(
-        self, fabric: dict[str, Any], controller: dict[str, Any], top: dict[str, Any]
-    ) -> ExperimentConfig:
-        """This config with the given fields replaced (the flags given on a command line)."""
-        return replace(
-            self,
-            fabric=replace(self.fabric, **fabric),
-            controller=replace(self.controller, **controller),
-            **top,
-        )
 
 
 def run_fields_doc(cfg: Any, head: dict[str, Any]) -> dict[str, Any]:

@@ -24,6 +24,7 @@ from typing import Any
 from runmodel.config import (
     CONGESTION_CONTROLS,
     ControllerOptions,
+    RunConfig,
     parse_run_fields,
     read_scenario_object,
     run_fields_doc,
@@ -141,7 +142,7 @@ def check_settings(where: str, s: LineSettings) -> None:
 
 
 @dataclass(frozen=True)
-class IncastConfig:
+class IncastConfig(RunConfig):
     """Every parameter of an incast sweep (config.json of its run). One field, one flag."""
 
     fabric: FabricSpec = param(factory=incast_fabric, cli=False)
@@ -319,17 +320,6 @@ class IncastConfig:
             return cls(**doc)
         except TypeError as exc:
             raise ParamError(f"{where}: {exc}") from exc
-
-    def overridden(
-        self, fabric: dict[str, Any], controller: dict[str, Any], top: dict[str, Any]
-    ) -> IncastConfig:
-        """This config with the given fields replaced (the flags given on a command line)."""
-        return replace(
-            self,
-            fabric=replace(self.fabric, **fabric),
-            controller=replace(self.controller, **controller),
-            **top,
-        )
 
 
 def load_incast_scenario(path: Path) -> IncastConfig:
