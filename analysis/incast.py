@@ -1,30 +1,20 @@
 """The incast sweep's figures, computed from the files of its run folder only: incast.json (one
-row per curve and sender count) and timeline.json (one collapsed round, packet by packet).
+row per curve and sender count, runmodel.incast.IncastRow defines each field) and timeline.json
+(one collapsed round, packet by packet).
 
-Per point (runmodel.incast.IncastRow):
+Per point: goodput from the client's log over the first request to the last byte; the kernel's
+counters over the senders' namespaces (hosts.json) next to the timeouts their own captures show
+(analysis.rto); the fidelity checks (analysis.fidelity) on the client's port. Why the timer figures
+are built as they are:
 
-- goodput: the bytes the client received (its log) over the time from the first request of the
-  first round to the last byte of the last round; goodput_frac is that over the client's link rate.
-- the kernel's counters over the senders' namespaces (hosts.json, nstat names): TcpExtTCPTimeouts,
-  TcpExtTCPLossProbes, TcpRetransSegs, TcpExtTCPSpuriousRTOs, per host and summed.
-- the same timeouts found in each sender's own capture (analysis.rto), per host.
-- timer stalls: every timeout the captures show, and every tail loss probe that waited at least
-  0.75 x the minimum RTO. Linux probes a lone segment in flight only after srtt/2 + the minimum RTO
-  (tcp_schedule_loss_probe), so with one segment left a probe costs what a timeout costs; the
-  kernel counts it as a probe, not a timeout. Stalls whose waits overlap (many senders timing out
-  together) form one *wave*. timer_waits: per round, the stalls of the sender that stalled most
-  (each counted 2^k for its k-th backoff: the k-th retry waits 2^k RTOs), summed over the rounds:
-  a round cannot end before its last block, and that block waited at least this many minimum RTOs.
-- timeout_idle_s: the time the client's link carried no data (gaps over 2 ms in its capture) while
-  a sender waited in a timer stall: what the timeouts cost the link.
-- lost_s: the point's duration minus the time its bytes need at the link's payload rate
-  (B x 1448/1514, a full frame's payload share with TCP timestamps); explained_s: timer_waits x the
-  minimum RTO; explained_frac = min(explained_s, lost_s) / lost_s: the share of the lost goodput
-  that timeouts x the minimum RTO explain (explained_s above lost_s: some of those waits overlapped
-  other blocks' data); idle_frac = timeout_idle_s / lost_s: the share of the lost time the link
-  was measured idle while a sender waited for its timer.
-- fidelity (analysis.fidelity): losses the captures saw that no switch queue counted; the client
-  port's dequeue gaps while backlogged against its rate (its own egress capture); CPU saturation.
+- a tail loss probe that waited at least 0.75 x the minimum RTO is a timer stall too: Linux probes a
+  lone segment in flight only after srtt/2 + the minimum RTO, so it costs what a timeout costs.
+  Stalls whose waits overlap form one *wave*.
+- timer_waits: per round, the stalls of the sender that stalled most, the k-th backoff counted 2^k
+  (it waits 2^k RTOs), summed over rounds: a round cannot end before its last block.
+- lost_s (duration minus the bytes at the payload rate, B x 1448/1514) against explained_s
+  (timer_waits x the minimum RTO) and timeout_idle_s (the client's link idle, gaps over 2 ms, while
+  a sender waited): the share of lost goodput timeouts explain, modelled and measured.
 """
 
 from __future__ import annotations
