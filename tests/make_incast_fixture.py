@@ -33,6 +33,7 @@ sys.path.insert(0, str(ROOT))
 
 from tests.make_run_fixture import (  # noqa: E402 - after the path that makes `tests` importable
     copy_files,
+    copy_folder,
     copy_pcaps,
     fresh,
     regenerate,
@@ -56,19 +57,14 @@ def copy_trimmed(run: Path, dest: Path) -> None:
     copy_files(run, dest, SKIP_RUN)
     for line in cfg.curves:
         lf = folder.line(line)
-        if not lf.path.is_dir():
+        out = copy_folder(lf.path, dest, SKIP_LINE)
+        if out is None:
             continue
-        out = dest / lf.path.name
-        out.mkdir()
-        copy_files(lf.path, out, SKIP_LINE)
         for n in cfg.senders:
             pf = lf.point(n)
-            if not pf.path.is_dir():
-                continue
-            pout = out / pf.path.name
-            pout.mkdir()
-            copy_files(pf.path, pout, SKIP_POINT)
-            copy_pcaps(pf.path, pout)
+            pout = copy_folder(pf.path, out, SKIP_POINT)
+            if pout is not None:
+                copy_pcaps(pf.path, pout)
 
 
 def check_nothing_lost(run: Path, fixture: Path) -> None:
@@ -95,15 +91,7 @@ def check_nothing_lost(run: Path, fixture: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Run (or take) a sweep, copy it trimmed into --out, check that nothing the analysis reads was lost."""
-    return regenerate(
-        argv,
-        doc=__doc__,
-        command=COMMAND,
-        fixture_dir=FIXTURE_DIR,
-        max_bytes=MAX_BYTES,
-        copy=copy_trimmed,
-        check=check_nothing_lost,
-    )
+    return regenerate(argv, __doc__, COMMAND, FIXTURE_DIR, MAX_BYTES, copy_trimmed, check_nothing_lost)
 
 
 if __name__ == "__main__":

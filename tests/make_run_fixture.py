@@ -88,6 +88,17 @@ def copy_files(src: Path, dest: Path, skip: tuple[str, ...]) -> None:
             shutil.copyfile(item, dest / item.name)
 
 
+def copy_folder(src: Path, parent: Path, skip: tuple[str, ...]) -> Path | None:
+    """src's files, but those of skip, into a new folder of src's name under parent; that folder, or
+    None (nothing made) when src is not a folder."""
+    if not src.is_dir():
+        return None
+    out = parent / src.name
+    out.mkdir()
+    copy_files(src, out, skip)
+    return out
+
+
 def copy_pcaps(src: Path, dest: Path) -> None:
     """src/pcap/*.pcap, trimmed to their headers, into dest/pcap (nothing if src has no pcap folder)."""
     if (src / "pcap").is_dir():
@@ -110,12 +121,9 @@ def copy_trimmed(run: Path, dest: Path) -> None:
     strategies = json.loads((run / "config.json").read_text())["strategies"]
     copy_files(run, dest, SKIP_RUN)
     for strategy in strategies:
-        src, out = run / strategy, dest / strategy
-        if not src.is_dir():
-            continue
-        out.mkdir()
-        copy_files(src, out, SKIP_STRATEGY)
-        copy_pcaps(src, out)
+        out = copy_folder(run / strategy, dest, SKIP_STRATEGY)
+        if out is not None:
+            copy_pcaps(run / strategy, out)
 
 
 def check_nothing_lost(run: Path, fixture: Path) -> None:
@@ -140,7 +148,6 @@ def check_nothing_lost(run: Path, fixture: Path) -> None:
 
 def regenerate(
     argv: list[str] | None,
-    *,
     doc: str,
     command: list[str],
     fixture_dir: Path,
@@ -175,15 +182,7 @@ def regenerate(
 
 def main(argv: list[str] | None = None) -> int:
     """Run (or take) a run, copy it trimmed into --out, check that nothing the summary reads was lost."""
-    return regenerate(
-        argv,
-        doc=__doc__,
-        command=COMMAND,
-        fixture_dir=FIXTURE_DIR,
-        max_bytes=MAX_BYTES,
-        copy=copy_trimmed,
-        check=check_nothing_lost,
-    )
+    return regenerate(argv, __doc__, COMMAND, FIXTURE_DIR, MAX_BYTES, copy_trimmed, check_nothing_lost)
 
 
 if __name__ == "__main__":
