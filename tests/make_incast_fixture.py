@@ -23,9 +23,7 @@ how): after regenerating it, read them again.
 from __future__ import annotations
 
 import json
-import shutil
 import sys
-import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -36,6 +34,7 @@ from tests.make_run_fixture import (  # noqa: E402 - after the path that makes `
     copy_folder,
     copy_pcaps,
     fresh,
+    from_both,
     regenerate,
 )
 
@@ -72,13 +71,10 @@ def check_nothing_lost(run: Path, fixture: Path) -> None:
     today's analysis.incast, each in a temporary copy): the copy keeps every input of every figure."""
     from analysis.incast import analyze_sweep
 
-    with tempfile.TemporaryDirectory() as tmp:
-        whole, trimmed = Path(tmp) / "whole", Path(tmp) / "trimmed"
-        shutil.copytree(run, whole)
-        shutil.copytree(fixture, trimmed)
-        want, got = analyze_sweep(whole).to_dict(), analyze_sweep(trimmed).to_dict()
-        tl_want = json.loads((whole / "timeline.json").read_text())
-        tl_got = json.loads((trimmed / "timeline.json").read_text())
+    def incast_and_timeline(folder: Path) -> tuple[dict, object]:
+        return analyze_sweep(folder).to_dict(), json.loads((folder / "timeline.json").read_text())
+
+    (want, tl_want), (got, tl_got) = from_both(run, fixture, incast_and_timeline)
     diff = [
         f"{a['line']} N={a['senders']}: {k}"
         for a, b in zip(want["rows"], got["rows"], strict=True)

@@ -28,8 +28,10 @@ import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 ROOT = Path(__file__).resolve().parent.parent
+T = TypeVar("T")
 FIXTURE_DIR = Path(__file__).resolve().parent / "data" / "run-small"
 LOCK = "/tmp/incastlab-fabric.lock"  # one network experiment on this machine at a time
 COMMAND = ["compare", "--strategies", "ps,ring", "--steps", "3", "--workers", "3", "--capture", "all"]
@@ -126,16 +128,22 @@ def copy_trimmed(run: Path, dest: Path) -> None:
             copy_pcaps(run / strategy, out)
 
 
+def from_both(run: Path, fixture: Path, compute: Callable[[Path], T]) -> tuple[T, T]:
+    """compute() of the whole run and of the trimmed copy, each on a temporary copy (the analysis
+    writes into the folder it reads, and neither original may change)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        whole, trimmed = Path(tmp) / "whole", Path(tmp) / "trimmed"
+        shutil.copytree(run, whole)
+        shutil.copytree(fixture, trimmed)
+        return compute(whole), compute(trimmed)
+
+
 def check_nothing_lost(run: Path, fixture: Path) -> None:
     """summary.json computed from the trimmed copy equals the one computed from the whole run (both by
     today's analysis.summary, each in a temporary copy): the copy keeps every input of every figure."""
     from analysis.summary import summarize
 
-    with tempfile.TemporaryDirectory() as tmp:
-        whole, trimmed = Path(tmp) / "whole", Path(tmp) / "trimmed"
-        shutil.copytree(run, whole)
-        shutil.copytree(fixture, trimmed)
-        want, got = summarize(whole).to_dict(), summarize(trimmed).to_dict()
+    want, got = from_both(run, fixture, lambda folder: summarize(folder).to_dict())
     diff = [
         f"{s}.{k}"
         for s, fig in want["strategies"].items()
