@@ -74,6 +74,11 @@ def token() -> str:
     return os.environ["INCASTLAB_RUN"]
 
 
+def docker_compare(results: Path, *options: str) -> Running:
+    """`incastlab compare --runtime docker` with `options`, into `results`: started, not waited for."""
+    return Running(["compare", "--runtime", "docker", *options, "--results", str(results)])
+
+
 def run_folder(results: Path) -> Path:
     return (results / "latest").resolve()
 
@@ -81,7 +86,7 @@ def run_folder(results: Path) -> Path:
 # -- compare in containers ------------------------------------------------------------------------------
 def test_compare_runs_every_worker_and_the_ps_in_containers(worker_image, clean_host, tmp_path):
     results = tmp_path / "results"
-    run = Running(["compare", "--runtime", "docker", "--steps", "3", "--results", str(results)])
+    run = docker_compare(results, "--steps", "3")
     try:
         run.wait_line(r"ps: step [1-3]/3", 300)  # progress may skip a step
         names = labelled(token())  # `docker ps` during the run lists the run's containers
@@ -144,24 +149,10 @@ def test_without_dockerd_the_run_says_so_in_one_line_and_uses_netns(clean_host, 
 # -- limits ----------------------------------------------------------------------------------------------
 def test_straggler_limits_are_the_containers_and_a_cpu_fault_changes_them(worker_image, clean_host, tmp_path):
     cores = os.cpu_count() or 1
-    run = Running(
-        [
-            "compare",
-            "--runtime",
-            "docker",
-            "--strategies",
-            "ring",
-            "--steps",
-            "4",
-            "--capture",
-            "none",
-            "--straggler",
-            "h3:cpu=0.5,cpuset=1,mem_mb=700",
-            "--fault",
-            "cpu:h3=0.25@step1",
-            "--results",
-            str(tmp_path),
-        ]
+    run = docker_compare(
+        tmp_path,
+        *("--strategies", "ring", "--steps", "4", "--capture", "none"),
+        *("--straggler", "h3:cpu=0.5,cpuset=1,mem_mb=700", "--fault", "cpu:h3=0.25@step1"),
     )
     try:
         run.wait_line(r"ring: starting", 300)
@@ -301,7 +292,7 @@ def test_ctrl_c_while_containers_train_leaves_a_readable_run_and_a_clean_host(
 ):
     from incastlab.cleanup import find_leftovers
 
-    run = Running(["compare", "--runtime", "docker", "--steps", "20", "--results", str(tmp_path)])
+    run = docker_compare(tmp_path, "--steps", "20")
     code, secs = interrupt_at(run, rng, r"ps: step ([1-9]|1[0-9])/20", r"ps: done", 2.0)
     assert_exit_130_soon(code, secs, run)
     assert labelled(token()) == [] and find_leftovers().empty(), find_leftovers().describe()
@@ -334,7 +325,7 @@ def test_after_sigkill_the_leftover_check_names_the_containers_and_clean_removes
     )
     try:
         with guarded_host("the SIGKILLed run"):
-            run = Running(["compare", "--runtime", "docker", "--steps", "20", "--results", str(tmp_path)])
+            run = docker_compare(tmp_path, "--steps", "20")
             try:
                 run.wait_line(r"ps: step ([1-9]|1[0-9])/20", 300)  # progress may skip a step
             except BaseException:
@@ -361,19 +352,7 @@ def test_a_killed_dockerd_ends_the_run_naming_it_and_leaves_a_clean_host(worker_
     from incastlab.cleanup import find_leftovers
     from topologies.containers import ensure_dockerd
 
-    run = Running(
-        [
-            "compare",
-            "--runtime",
-            "docker",
-            "--strategies",
-            "ring",
-            "--steps",
-            "20",
-            "--results",
-            str(tmp_path),
-        ]
-    )
+    run = docker_compare(tmp_path, "--strategies", "ring", "--steps", "20")
     try:
         run.wait_line(r"ring: step ([1-9]|1[0-9])/20", 300)  # progress may skip a step
         daemons = subprocess.run(["pgrep", "-x", "dockerd"], capture_output=True, text=True).stdout.split()
