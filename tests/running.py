@@ -16,7 +16,8 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import IO
 
 from tests.conftest import ROOT, incastlab_cmd
@@ -115,6 +116,16 @@ class Running:
             pass
         self.proc.wait()
 
+    @contextmanager
+    def killed_on_error(self) -> Iterator[None]:
+        """Kill the process group if the block raises (a timeout, a failed check, Ctrl-C), then let the
+        error go on: a failed test leaves no run behind."""
+        try:
+            yield
+        except BaseException:
+            self.kill_group()
+            raise
+
     def text(self, stream: str) -> str:
         """Everything read so far from "stdout" or "stderr"."""
         with self.lock:
@@ -152,7 +163,7 @@ def interrupt_at(
     tail. Fails if the line `moved_on` (the run has left the window) had arrived before the signal.
     `before_signal` runs just before the signal (a quick check that the moment is what it seems).
     """
-    try:
+    with run.killed_on_error():
         run.wait_line(at, 300)
         delay = rng.uniform(0.0, max_delay)
         time.sleep(delay)  # the run is inside the window [at, moved_on) for longer than max_delay
@@ -160,9 +171,6 @@ def interrupt_at(
             before_signal()
         t_sig = run.send(sig, group=group)
         code, secs = run.wait_exit(guard=120)
-    except BaseException:
-        run.kill_group()
-        raise
     print(f"signal {sig} {delay:.3f} s after {at!r}: exit {code} after {secs:.2f} s\n{run.tail()}")
     if moved_on is not None:
         late = run.seen(moved_on, before=t_sig)

@@ -87,16 +87,13 @@ def run_folder(results: Path) -> Path:
 def test_compare_runs_every_worker_and_the_ps_in_containers(worker_image, clean_host, tmp_path):
     results = tmp_path / "results"
     run = docker_compare(results, "--steps", "3")
-    try:
+    with run.killed_on_error():
         run.wait_line(r"ps: step [1-3]/3", 300)  # progress may skip a step
         names = labelled(token())  # `docker ps` during the run lists the run's containers
         running = docker_out(
             "ps", "--filter", f"label=incastlab.run={token()}", "--format", "{{.Names}} {{.Image}}"
         )
         code, _ = run.wait_exit(guard=600)
-    except BaseException:
-        run.kill_group()
-        raise
     assert code == 0, run.tail(40)
     assert names == sorted(f"incastlab-h{k}" for k in range(1, 9)), names
     assert all(line.endswith(worker_image) for line in running.splitlines()), running
@@ -118,13 +115,10 @@ def test_netns_runtime_still_works_and_starts_no_container(worker_image, clean_h
     run = Running(
         ["compare", "--runtime", "netns", "--strategies", "ring", "--steps", "2", "--results", str(results)]
     )
-    try:
+    with run.killed_on_error():
         run.wait_line(r"ring: step [12]/2", 300)  # progress may skip a step
         during = labelled(token())
         code, _ = run.wait_exit(guard=600)
-    except BaseException:
-        run.kill_group()
-        raise
     assert code == 0, run.tail(40)
     assert during == []
     assert "runtime: netns (--runtime netns)" in run.text("stderr")
@@ -154,7 +148,7 @@ def test_straggler_limits_are_the_containers_and_a_cpu_fault_changes_them(worker
         *("--strategies", "ring", "--steps", "4", "--capture", "none"),
         *("--straggler", "h3:cpu=0.5,cpuset=1,mem_mb=700", "--fault", "cpu:h3=0.25@step1"),
     )
-    try:
+    with run.killed_on_error():
         run.wait_line(r"ring: starting", 300)
         before = inspect("incastlab-h3")["HostConfig"]
         run.wait_line(r"fault: fired cpu h3=0.25", 300)
@@ -165,9 +159,6 @@ def test_straggler_limits_are_the_containers_and_a_cpu_fault_changes_them(worker
         )
         other = inspect("incastlab-h4")["HostConfig"]
         code, _ = run.wait_exit(guard=600)
-    except BaseException:
-        run.kill_group()
-        raise
     assert code == 0, run.tail(40)
     assert before["NanoCpus"] == round(0.5 * cores * 1e9), before  # Mininet's share: of the machine
     assert before["CpusetCpus"] == "1" and before["Memory"] == 700 * 2**20
@@ -211,13 +202,10 @@ def test_the_ddp_example_runs_as_a_job_with_a_report(worker_image, clean_host, t
     run = Running(
         ["job", "--image", worker_image, "--results", str(tmp_path), "--", "python3", DDP, "--steps", "6"]
     )
-    try:
+    with run.killed_on_error():
         run.wait_line(r"job: 7 containers running", 300)
         jobs = labelled(token())
         code, _ = run.wait_exit(guard=900)
-    except BaseException:
-        run.kill_group()
-        raise
     assert code == 0, run.tail(40)
     assert [n for n in jobs if n.endswith("-job")] == sorted(f"incastlab-h{k}-job" for k in range(2, 9)), jobs
     folder = run_folder(tmp_path)
@@ -326,11 +314,8 @@ def test_after_sigkill_the_leftover_check_names_the_containers_and_clean_removes
     try:
         with guarded_host("the SIGKILLed run"):
             run = docker_compare(tmp_path, "--steps", "20")
-            try:
+            with run.killed_on_error():
                 run.wait_line(r"ps: step ([1-9]|1[0-9])/20", 300)  # progress may skip a step
-            except BaseException:
-                run.kill_group()
-                raise
             run.send(signal.SIGKILL, group=False)
             run.wait_exit(guard=60)
             left = find_leftovers()
@@ -354,14 +339,14 @@ def test_a_killed_dockerd_ends_the_run_naming_it_and_leaves_a_clean_host(worker_
 
     run = docker_compare(tmp_path, "--strategies", "ring", "--steps", "20")
     try:
-        run.wait_line(r"ring: step ([1-9]|1[0-9])/20", 300)  # progress may skip a step
-        daemons = subprocess.run(["pgrep", "-x", "dockerd"], capture_output=True, text=True).stdout.split()
-        assert len(daemons) == 1, daemons
-        os.kill(int(daemons[0]), signal.SIGKILL)
-        code, _ = run.wait_exit(guard=300)
-    except BaseException:
-        run.kill_group()
-        raise
+        with run.killed_on_error():
+            run.wait_line(r"ring: step ([1-9]|1[0-9])/20", 300)  # progress may skip a step
+            daemons = subprocess.run(
+                ["pgrep", "-x", "dockerd"], capture_output=True, text=True
+            ).stdout.split()
+            assert len(daemons) == 1, daemons
+            os.kill(int(daemons[0]), signal.SIGKILL)
+            code, _ = run.wait_exit(guard=300)
     finally:
         ensure_dockerd()  # the machine's dockerd back, as make deps starts it
     assert code == 1, run.tail(40)

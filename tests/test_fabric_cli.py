@@ -61,11 +61,8 @@ def test_missing_open_vswitch_is_named(clean_host):
 def start_hold(tmp_path: Path) -> Running:
     """`incastlab fabric --hold`, returned once it says the fabric is up."""
     run = Running(["fabric", "--hold", "--no-calibrate", "--workdir", str(tmp_path)])
-    try:
+    with run.killed_on_error():
         run.wait_line("fabric is up", 120)
-    except BaseException:
-        run.kill_group()
-        raise
     return run
 
 
