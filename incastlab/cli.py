@@ -281,8 +281,15 @@ def cmd_incast(args: argparse.Namespace) -> int:
         given_params(args, IncastConfig),
     )
     cfg.validate()
+    from incastlab.version import provenance
+
     return run(
-        cfg, Path(args.results), lines_given=args.param_lines is not None, say=say, scenario=str(scenario)
+        cfg,
+        Path(args.results),
+        lines_given=args.param_lines is not None,
+        say=say,
+        scenario=str(scenario),
+        provenance=provenance(args.argv).to_dict(),
     )
 
 

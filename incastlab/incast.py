@@ -384,9 +384,15 @@ def finish(run_dir: Path, say: Callable[[str], None]) -> int:
 
 
 def run(
-    cfg: IncastConfig, results: Path, lines_given: bool, say: Callable[[str], None], scenario: str = ""
+    cfg: IncastConfig,
+    results: Path,
+    lines_given: bool,
+    say: Callable[[str], None],
+    scenario: str = "",
+    provenance: dict[str, Any] | None = None,
 ) -> int:
-    """The whole command after its flags: kernel checks, the sweep, the figures and the report."""
+    """The whole command after its flags: kernel checks, the sweep, the figures and the report.
+    `provenance` (incastlab.version.provenance's dict) goes into config.json as compare's does."""
     from incastlab.session import fabric_session
 
     cfg, not_run = kernel_checks(cfg, lines_given)
@@ -397,6 +403,8 @@ def run(
     base = RunFolder.create(results)
     folder = IncastFolder(base.path)
     doc = dict(cfg.to_dict(), scenario=scenario, not_run=not_run)
+    if provenance is not None:
+        doc["provenance"] = provenance
     write_json(folder.config_file, doc)
     write_json(folder.plan_file, cfg.plan().to_dict())
     say(f"run folder: {folder.path}")

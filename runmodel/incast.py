@@ -306,7 +306,7 @@ class IncastConfig(RunConfig):
             where,
             lists=("lines",),
             comma=("lines",),
-            derived=("schema", "kind", "environment", "scenario", "not_run"),
+            derived=("schema", "kind", "environment", "scenario", "not_run", "provenance"),
         )
         if isinstance(doc.get("senders"), str):
             doc["senders"] = parse_senders(doc["senders"])

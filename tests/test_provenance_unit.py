@@ -130,6 +130,57 @@ def test_an_older_config_without_provenance_still_reads(tmp_path):
     assert Provenance.from_dict(doc.get("provenance")) is None
 
 
+def start_incast(monkeypatch, argv: list[str]) -> Path:
+    """Run `incastlab incast ARGV` up to the fabric, faked to fail at once (no root): config.json is
+    written as a real sweep writes it. Returns the run folder."""
+    from contextlib import contextmanager
+
+    from incastlab import cli, session
+
+    @contextmanager
+    def no_fabric(*_a, **_kw):
+        raise session.SessionError("no fabric in a unit test")
+        yield
+
+    monkeypatch.setattr(session, "fabric_session", no_fabric)
+    assert cli._main(["incast", *argv]) == 2
+    return next(p for p in (Path(argv[argv.index("--results") + 1])).iterdir() if p.name != "latest")
+
+
+def test_an_incast_config_json_records_its_provenance_and_loads_back(tmp_path, monkeypatch):
+    import json
+
+    from runmodel.config import Provenance
+    from runmodel.incast import IncastConfig, IncastFolder
+
+    argv = ["--senders", "1,2", "--rounds", "3", "--lines", "base", "--results", str(tmp_path)]
+    monkeypatch.chdir(tmp_path)
+    made = start_incast(monkeypatch, argv)
+    doc = json.loads((made / "config.json").read_text())
+    prov = doc["provenance"]
+    assert prov["command"] == ["incastlab", "incast", *argv] and prov["cwd"] == str(tmp_path)
+    assert prov["version"] == pyproject_version()
+    assert prov["commit"] == git(ROOT, "rev-parse", "HEAD")
+    assert prov["dirty"] is bool(git(ROOT, "status", "--porcelain", "--untracked-files=no"))
+    cfg = IncastFolder(made).incast_config()  # a reader of the config skips the field
+    assert (cfg.senders, cfg.rounds, cfg.lines) == ((1, 2), 3, ("base",))
+    assert IncastConfig.from_dict(cfg.to_dict()) == cfg
+    assert Provenance.from_dict(prov).command[1:3] == ("incast", "--senders")
+
+
+def test_an_older_incast_folder_without_provenance_still_loads():
+    """tests/data/incast-small: a sweep written before config.json had a provenance."""
+    import json
+
+    from runmodel.incast import IncastFolder
+
+    old = ROOT / "tests" / "data" / "incast-small"
+    doc = json.loads((old / "config.json").read_text())
+    assert "provenance" not in doc
+    cfg = IncastFolder(old).incast_config()
+    assert list(cfg.senders) == doc["senders"] and cfg.rounds == doc["rounds"]
+
+
 # -- --name ------------------------------------------------------------------------------------------
 @pytest.mark.parametrize(
     "name, needle",
