@@ -91,7 +91,7 @@ def start_run(monkeypatch, argv: list[str]) -> Path:
         yield
 
     monkeypatch.setattr(session, "fabric_session", no_fabric)
-    monkeypatch.setattr(cli, "finish", lambda *_a: None)
+    monkeypatch.setattr(cli, "finish", lambda *_a, **_kw: None)
     assert cli._main(argv) == 1
     return next(p for p in (Path(argv[argv.index("--results") + 1])).iterdir() if p.name != "latest")
 
