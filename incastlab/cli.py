@@ -290,6 +290,7 @@ def cmd_incast(args: argparse.Namespace) -> int:
         say=say,
         scenario=str(scenario),
         provenance=provenance(args.argv).to_dict(),
+        name=args.run_name or "",
     )
 
 
@@ -446,7 +447,7 @@ def build_parser() -> Parser:
     add_param_flags(n, FabricSpec, "fabric", shown_incast.fabric)
     add_param_flags(n, ControllerOptions, "controller", shown_incast.controller)
     n.add_argument("--scenario", help=f"scenario file (default: the shipped {incast_scenario.name})")
-    n.add_argument("--results", default="results", help="where run folders go (default: results/)")
+    add_results_flags(n)
     n.add_argument(
         "--rebuild",
         metavar="RUN",

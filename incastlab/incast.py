@@ -390,9 +390,11 @@ def run(
     say: Callable[[str], None],
     scenario: str = "",
     provenance: dict[str, Any] | None = None,
+    name: str = "",
 ) -> int:
     """The whole command after its flags: kernel checks, the sweep, the figures and the report.
-    `provenance` (incastlab.version.provenance's dict) goes into config.json as compare's does."""
+    `provenance` (incastlab.version.provenance's dict) goes into config.json as compare's does;
+    `name` (--name, already checked) ends the run folder's name."""
     from incastlab.session import fabric_session
 
     cfg, not_run = kernel_checks(cfg, lines_given)
@@ -400,7 +402,7 @@ def run(
         say(f"{item['line']}: not run: {item['reason']}")
     if not cfg.curves:
         raise ParamError("lines: no curve this kernel can run")
-    base = RunFolder.create(results)
+    base = RunFolder.create(results, label=name)
     folder = IncastFolder(base.path)
     doc = dict(cfg.to_dict(), scenario=scenario, not_run=not_run)
     if provenance is not None:

@@ -195,9 +195,10 @@ def test_an_older_incast_folder_without_provenance_still_loads():
         (".hidden", "letters, digits"),
     ],
 )
-def test_a_bad_run_name_is_refused_in_one_line_before_anything_is_made(tmp_path, name, needle):
+@pytest.mark.parametrize("command", ["compare", "incast"])
+def test_a_bad_run_name_is_refused_in_one_line_before_anything_is_made(tmp_path, command, name, needle):
     results = tmp_path / "results"
-    proc = run_cli(["compare", "--results", str(results), f"--name={name}"], timeout=60)
+    proc = run_cli([command, "--results", str(results), f"--name={name}"], timeout=60)
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "--name" in lines[0] and needle in lines[0], proc.stderr
@@ -210,6 +211,15 @@ def test_the_run_name_ends_the_folders_name(tmp_path, monkeypatch):
     argv = ["compare", "--runtime", "netns", "--results", str(tmp_path), "--name", "v2.run_a-1"]
     made = start_run(monkeypatch, argv)
     assert made.parent == tmp_path and re.fullmatch(r"\d{8}-\d{6}-v2\.run_a-1", made.name), made.name
+    assert (tmp_path / "latest").resolve() == made.resolve()
+
+
+def test_the_run_name_ends_the_incast_folders_name(tmp_path, monkeypatch):
+    import re
+
+    argv = ["--senders", "1", "--lines", "base", "--results", str(tmp_path), "--name", "check"]
+    made = start_incast(monkeypatch, argv)
+    assert made.parent == tmp_path and re.fullmatch(r"\d{8}-\d{6}-check", made.name), made.name
     assert (tmp_path / "latest").resolve() == made.resolve()
 
 
