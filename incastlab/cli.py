@@ -270,7 +270,7 @@ def cmd_incast(args: argparse.Namespace) -> int:
     from runmodel.incast import IncastConfig, load_incast_scenario
 
     if args.rebuild:
-        return finish(Path(args.rebuild), say)
+        return finish(Path(args.rebuild), say, as_json=args.json)
     if args.param_ps_host is not None:
         raise UsageError("--ps-host: the incast's receiver is --client")
     scenario = Path(args.scenario) if args.scenario else SCENARIO_DIR / "incast.json"
@@ -291,6 +291,7 @@ def cmd_incast(args: argparse.Namespace) -> int:
         scenario=str(scenario),
         provenance=provenance(args.argv).to_dict(),
         name=args.run_name or "",
+        as_json=args.json,
     )
 
 
@@ -448,6 +449,7 @@ def build_parser() -> Parser:
     add_param_flags(n, ControllerOptions, "controller", shown_incast.controller)
     n.add_argument("--scenario", help=f"scenario file (default: the shipped {incast_scenario.name})")
     add_results_flags(n)
+    add_json_flag(n)
     n.add_argument(
         "--rebuild",
         metavar="RUN",

@@ -353,15 +353,18 @@ def run_sweep(
 
 
 # -- the command --------------------------------------------------------------------------------------
-def finish(run_dir: Path, say: Callable[[str], None]) -> int:
-    """incast.json, the table and the report from a run folder's files; 0, or 1 if a step failed."""
+def finish(run_dir: Path, say: Callable[[str], None], as_json: bool = False) -> int:
+    """incast.json, the table and the report from a run folder's files; 0, or 1 if a step failed.
+    With as_json the table is printed as JSON (the run folder under `run`) and the report's path
+    goes to stderr, so stdout is one document."""
     from analysis.incast import analyze_sweep
-    from report.console import incast_table
+    from incastlab.cli import table_text
+    from report.console import incast
 
     try:
         say("analysis: reading the captures and counters of every point")
         result = analyze_sweep(run_dir)
-        print(incast_table(result), flush=True)
+        print(table_text(incast(result), run_dir, as_json), flush=True)
     except Exception as exc:  # noqa: BLE001 - the run's files stay; rebuild later
         say(
             f"analysis failed: {type(exc).__name__}: {exc} (rebuild with `incastlab incast --rebuild "
@@ -373,7 +376,7 @@ def finish(run_dir: Path, say: Callable[[str], None]) -> int:
 
         say("report: building")
         files = build_incast_report(run_dir)
-        print(f"report: {files['html']}", flush=True)
+        (say if as_json else print)(f"report: {files['html']}")
     except Exception as exc:  # noqa: BLE001
         say(
             f"report failed: {type(exc).__name__}: {exc} (rebuild with `incastlab incast --rebuild "
@@ -391,10 +394,11 @@ def run(
     scenario: str = "",
     provenance: dict[str, Any] | None = None,
     name: str = "",
+    as_json: bool = False,
 ) -> int:
     """The whole command after its flags: kernel checks, the sweep, the figures and the report.
     `provenance` (incastlab.version.provenance's dict) goes into config.json as compare's does;
-    `name` (--name, already checked) ends the run folder's name."""
+    `name` (--name, already checked) ends the run folder's name; as_json: finish's."""
     from incastlab.session import fabric_session
 
     cfg, not_run = kernel_checks(cfg, lines_given)
@@ -436,7 +440,7 @@ def run(
     except KeyboardInterrupt:
         code, error = 130, "interrupted"
     say(f"sweep took {time.monotonic() - t0:.0f} s")
-    done = finish(folder.path, say)
+    done = finish(folder.path, say, as_json)
     if error:
         print(f"incastlab incast: {error}; results so far are in {folder.path}", file=sys.stderr)
     return code or done

@@ -171,27 +171,31 @@ def comparison(summary: Any) -> Table:
 
 
 def incast_table(result: Any) -> str:
-    """The table printed at the end of `incastlab incast` (an IncastResult): one row per point; the
-    curves not run, the sweep's fidelity verdict and its goals in the footer."""
+    """The table printed at the end of `incastlab incast` (an IncastResult), as text."""
+    return incast(result).render()
 
-    def verdict(r: Any) -> str:
-        return (r.verdict or MISSING) + ("" if r.state == "complete" else f" ({r.state})")
 
+def incast(result: Any) -> Table:
+    """The Table of `incastlab incast` (an IncastResult): one row per point, its JSON keys and values
+    incast.json's row fields (the round in s, shown in ms); a point's state when it is not complete
+    as the row's note; the curves not run, the sweep's fidelity verdict and its goals in the footer."""
     cols = [
         Col("curve", "", "line", align="<"),
         Col("N", "senders", "senders", "{:d}"),
         Col("goodput", "Mbit/s", "goodput_mbit", "{:.2f}"),
         Col("link", "share", "goodput_frac", _pct),
-        Col("round", "ms", lambda r: None if r.round_s_median is None else r.round_s_median * 1000, "{:.1f}"),
+        Col("round", "ms", "round_s_median", lambda v: f"{v * 1000:.1f}"),
         Col("RTOs kernel", "count", "timeouts_kernel", "{:d}"),
         Col("RTOs pcap", "count", "timeouts_pcap", "{:d}"),
         Col("TLPs kernel", "count", "loss_probes_kernel", "{:d}"),
         Col("waits", "x RTOmin", "timer_waits", "{:d}"),
         Col("idle", "s", "timeout_idle_s", "{:.2f}"),
         Col("explained", "share", "explained_frac", _pct),
-        Col("verdict", "", verdict, align="<"),
+        Col("verdict", "", "verdict", align="<"),
     ]
     footer = [f"{item['line']}: not run: {item['reason']}" for item in result.not_run]
     footer += fidelity_footer(result.fidelity)
     footer += [f"goal {goal_text(g['goal'], g['met'], g['value'])}" for g in result.goals]
-    return Table(cols, result.rows, footer=footer).render()
+    return Table(
+        cols, result.rows, footer=footer, note=lambda r: "" if r.state == "complete" else f"({r.state})"
+    )

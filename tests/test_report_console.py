@@ -10,7 +10,16 @@ from typing import Any
 
 import pytest
 
-from report.console import TABLE_SCHEMA, Col, Table, comparison, comparison_table, goal_text, incast_table
+from report.console import (
+    TABLE_SCHEMA,
+    Col,
+    Table,
+    comparison,
+    comparison_table,
+    goal_text,
+    incast,
+    incast_table,
+)
 from runmodel.incast import IncastResult
 from runmodel.summary import RunSummary
 
@@ -146,6 +155,45 @@ def test_incast_table_is_incast_json() -> None:
     for ln, g in zip(goals, doc["goals"], strict=True):
         mark = "met" if g["met"] else "NOT met"
         assert ln.startswith(f"# goal {mark}: {g['goal']}")
+
+
+def test_incast_json_is_incast_json() -> None:
+    # incast --json: one object per point, each value incast.json's own row field, unformatted
+    doc = json.loads((DATA / "incast-small" / "incast.json").read_text())
+    text = incast(IncastResult.from_dict(doc)).render_json(run="results/x")
+    out = json.loads(text, parse_constant=lambda c: pytest.fail(f"not strict JSON: {c}"))
+    assert out["schema"] == TABLE_SCHEMA and out["run"] == "results/x"
+    keys = [c["key"] for c in out["columns"]]
+    assert "verdict" in keys and set(keys) - {"verdict"} <= set(doc["rows"][0])
+    head, units, _, foot = split(incast_table(IncastResult.from_dict(doc)))
+    assert [c["title"] for c in out["columns"]] == [h.strip() for h in head if h.strip()]
+    assert " ".join(c["unit"] for c in out["columns"] if c["unit"]) == " ".join(units)
+    assert len(out["rows"]) == len(doc["rows"])
+    for row, r in zip(out["rows"], doc["rows"], strict=True):
+        assert {k: row[k] for k in keys if k != "verdict"} == {k: r[k] for k in keys if k != "verdict"}
+        assert row["verdict"] == r["fidelity"]["verdict"]
+        assert row.get("note", "") == ("" if r["state"] == "complete" else f"({r['state']})")
+    assert ["# " + ln for ln in out["footer"]] == foot
+    assert out["footer"][0] == f"fidelity: {doc['fidelity']['verdict']}"
+    assert len([ln for ln in out["footer"] if ln.startswith("goal ")]) == len(doc["goals"])
+
+
+def test_incast_rebuild_json_prints_one_document_and_the_report_on_stderr(tmp_path) -> None:
+    import shutil
+
+    from tests.conftest import run_cli
+
+    run = tmp_path / "incast-small"
+    shutil.copytree(DATA / "incast-small", run)
+    proc = run_cli(["incast", "--rebuild", str(run), "--json"], timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)  # stdout is the one document, nothing else
+    assert out["run"] == str(run) and "report:" not in proc.stdout
+    assert f"report: {run / 'report.html'}" in proc.stderr and (run / "report.html").exists()
+    rebuilt = json.loads((run / "incast.json").read_text())["rows"]
+    assert [(r["line"], r["senders"], r["goodput_mbit"]) for r in out["rows"]] == [
+        (r["line"], r["senders"], r["goodput_mbit"]) for r in rebuilt
+    ]
 
 
 def bench_rows() -> list[dict[str, Any]]:
