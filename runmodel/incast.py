@@ -15,7 +15,6 @@ anything (incastlab/incast.py).
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
@@ -34,7 +33,7 @@ from runmodel.fabric import FabricSpec, Plan, build_plan
 from runmodel.folder import RunFolder, StrategyFolder
 from runmodel.options import OptionGrammar, Variant
 from runmodel.params import ParamError, number, param, whole
-from runmodel.records import _known, read_jsonl
+from runmodel.records import JsonFile, _known, read_jsonl
 
 INCAST_SCHEMA = "incastlab.incast/1"
 SERVER_PORT = 5001
@@ -338,7 +337,7 @@ class ServerAddr:
 
 
 @dataclass(frozen=True)
-class ServerSet:
+class ServerSet(JsonFile):
     """<run>/<curve>/servers.json: every server process of one curve (started after its TCP settings,
     so its sockets take them: a socket reads the minimum RTO when it is created)."""
 
@@ -368,17 +367,9 @@ class ServerSet:
             log_dir=str(doc["log_dir"]),
         )
 
-    def write(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(self.to_dict(), indent=1))
-
-    @classmethod
-    def load(cls, path: Path) -> ServerSet:
-        return cls.from_dict(json.loads(Path(path).read_text()))
-
 
 @dataclass(frozen=True)
-class ClientJob:
+class ClientJob(JsonFile):
     """<point>/job.json: what the client of one point does."""
 
     client: str
@@ -397,14 +388,6 @@ class ClientJob:
         doc = dict(doc)
         doc["servers"] = tuple(ServerAddr(**s) for s in doc["servers"])
         return cls(**doc)
-
-    def write(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(self.to_dict(), indent=1))
-
-    @classmethod
-    def load(cls, path: Path) -> ClientJob:
-        return cls.from_dict(json.loads(Path(path).read_text()))
 
 
 # -- what the client logs: <point>/client.jsonl ------------------------------------------------------

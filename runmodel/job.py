@@ -7,15 +7,13 @@ passed on a command line that could drift from config.json.
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any
 
 from runmodel.config import PS_FAMILY, ExperimentConfig, StrategySpec
 from runmodel.fabric import Plan
 from runmodel.folder import StrategyFolder
-from runmodel.records import write_json
+from runmodel.records import JsonFile
 
 GLOO_PORT = 29500  # + the strategy's index in the run: each strategy gets fresh ports
 PS_PORT = 29600
@@ -46,7 +44,7 @@ class ShardJob:
 
 
 @dataclass(frozen=True)
-class JobSpec:
+class JobSpec(JsonFile):
     """One strategy's processes: every worker, and the PS of the PS family."""
 
     strategy: str
@@ -95,15 +93,6 @@ class JobSpec:
         doc["ranks"] = tuple(RankJob(**r) for r in doc["ranks"])
         doc["shards"] = tuple(ShardJob(**k) for k in doc.get("shards", ()))
         return cls(**doc)
-
-    def write(self, path: Path) -> None:
-        """Write job.json."""
-        write_json(path, self.to_dict())
-
-    @classmethod
-    def load(cls, path: Path) -> JobSpec:
-        """Read job.json."""
-        return cls.from_dict(json.loads(Path(path).read_text()))
 
 
 def job_for(

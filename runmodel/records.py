@@ -15,7 +15,7 @@ import math
 import os
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
-from typing import IO, Any, TypeVar
+from typing import IO, Any, Self, TypeVar
 
 T = TypeVar("T")
 
@@ -57,6 +57,22 @@ def write_json(path: Path, doc: Any) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(text)
     os.replace(tmp, path)
+
+
+class JsonFile:
+    """A document the runner hands a process as one JSON file (job.json, servers.json): write() it
+    strictly and atomically, load() it back. The subclass gives to_dict() and from_dict()."""
+
+    def write(self, path: Path) -> None:
+        """Write the file."""
+        doc: Any = self
+        write_json(path, doc.to_dict())
+
+    @classmethod
+    def load(cls, path: Path) -> Self:
+        """Read the file (OSError, ValueError as they come: the reader reports them)."""
+        kind: Any = cls
+        return kind.from_dict(json.loads(Path(path).read_text()))
 
 
 def read_json(path: Path, problems: list[str] | None = None) -> Any:
