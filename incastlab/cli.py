@@ -327,6 +327,18 @@ def add_json_flag(p: argparse.ArgumentParser) -> None:
     )
 
 
+def add_run_flags(p: argparse.ArgumentParser, title: str, shown: Any, scenario: Path) -> None:
+    """The flags of a command that runs a scenario: one per field of its config (`shown`, the shipped
+    scenario, gives the defaults), of its fabric and controller, --scenario, --results, --name and
+    --json."""
+    add_param_flags(p, type(shown), title, shown)
+    add_param_flags(p, FabricSpec, "fabric", shown.fabric)
+    add_param_flags(p, ControllerOptions, "controller", shown.controller)
+    p.add_argument("--scenario", help=f"scenario file (default: the shipped {scenario.name})")
+    add_results_flags(p)
+    add_json_flag(p)
+
+
 def add_results_flags(p: argparse.ArgumentParser) -> None:
     """--results and --name: where an experiment's run folder goes and what ends its name."""
     p.add_argument("--results", default="results", help="where run folders go (default: results/)")
@@ -404,12 +416,7 @@ def build_parser() -> Parser:
             description=f"{text}. Defaults are those of {scenario.name}; "
             "any flag given overrides the scenario file.",
         )
-        add_param_flags(e, ExperimentConfig, "experiment", shown)
-        add_param_flags(e, FabricSpec, "fabric", shown.fabric)
-        add_param_flags(e, ControllerOptions, "controller", shown.controller)
-        e.add_argument("--scenario", help=f"scenario file (default: the shipped {scenario.name})")
-        add_results_flags(e)
-        add_json_flag(e)
+        add_run_flags(e, "experiment", shown, scenario)
         e.set_defaults(func=cmd_experiment, default_scenario=name)
 
     job_scenario = SCENARIO_DIR / "job.json"
@@ -423,16 +430,11 @@ def build_parser() -> Parser:
         "sampled and reported like the built-in strategies, its steps read off its traffic. "
         f"Defaults are those of {job_scenario.name}.",
     )
-    add_param_flags(j, ExperimentConfig, "experiment", shown_job)
-    add_param_flags(j, FabricSpec, "fabric", shown_job.fabric)
-    add_param_flags(j, ControllerOptions, "controller", shown_job.controller)
-    j.add_argument("--scenario", help=f"scenario file (default: the shipped {job_scenario.name})")
-    add_results_flags(j)
-    add_json_flag(j)
+    add_run_flags(j, "experiment", shown_job, job_scenario)
     j.add_argument("job_command", nargs="*", metavar="-- CMD", help="the command each worker container runs")
     j.set_defaults(func=cmd_experiment, default_scenario="job")
 
-    from runmodel.incast import IncastConfig, load_incast_scenario
+    from runmodel.incast import load_incast_scenario
 
     incast_scenario = SCENARIO_DIR / "incast.json"
     shown_incast = load_incast_scenario(incast_scenario)
@@ -444,12 +446,7 @@ def build_parser() -> Parser:
         f"curve per cure. Defaults are those of {incast_scenario.name}; any flag given "
         "overrides it. --buffer is the client port's buffer.",
     )
-    add_param_flags(n, IncastConfig, "incast", shown_incast)
-    add_param_flags(n, FabricSpec, "fabric", shown_incast.fabric)
-    add_param_flags(n, ControllerOptions, "controller", shown_incast.controller)
-    n.add_argument("--scenario", help=f"scenario file (default: the shipped {incast_scenario.name})")
-    add_results_flags(n)
-    add_json_flag(n)
+    add_run_flags(n, "incast", shown_incast, incast_scenario)
     n.add_argument(
         "--rebuild",
         metavar="RUN",
