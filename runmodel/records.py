@@ -15,7 +15,7 @@ import math
 import os
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
-from typing import IO, Any, Self, TypeVar
+from typing import IO, Any, ClassVar, Self, TypeVar
 
 T = TypeVar("T")
 
@@ -251,9 +251,22 @@ def read_step_lines(path: Path, problems: list[str] | None = None) -> list[StepL
 
 
 # -- parameter-server log: <strategy>/ps.jsonl ----------------------------------------------------
+class _PsLine:
+    """A line of the PS log: its fields under the name of its event (EVENT)."""
+
+    EVENT: ClassVar[str]
+
+    def to_dict(self) -> dict[str, Any]:
+        """The log line."""
+        doc: Any = self
+        return {"event": self.EVENT, **asdict(doc)}
+
+
 @dataclass(frozen=True)
-class PsUpdate:
+class PsUpdate(_PsLine):
     """A gradient arrived: applied, or dropped (late in a synchronous step, or a backup's)."""
+
+    EVENT = "update"
 
     t: float
     worker: int
@@ -262,28 +275,24 @@ class PsUpdate:
     staleness: int  # versions between the one the gradient was computed on and `version`
     applied: bool
 
-    def to_dict(self) -> dict[str, Any]:
-        """The log line."""
-        return {"event": "update", **asdict(self)}
-
 
 @dataclass(frozen=True)
-class PsStep:
+class PsStep(_PsLine):
     """A synchronous step completed: whose gradients were averaged, whose were discarded."""
+
+    EVENT = "step"
 
     t: float
     step: int
     applied: list[int]
     discarded: list[int]
 
-    def to_dict(self) -> dict[str, Any]:
-        """The log line."""
-        return {"event": "step", **asdict(self)}
-
 
 @dataclass(frozen=True)
-class PsRelease:
+class PsRelease(_PsLine):
     """SSP: a held worker was let go into its next step (gap = its lead over the slowest)."""
+
+    EVENT = "release"
 
     t: float
     worker: int
@@ -291,47 +300,33 @@ class PsRelease:
     slowest: int
     gap: int
 
-    def to_dict(self) -> dict[str, Any]:
-        """The log line."""
-        return {"event": "release", **asdict(self)}
-
 
 @dataclass(frozen=True)
-class PsWorkerLost:
+class PsWorkerLost(_PsLine):
     """async: the PS goes on without a dead or silent worker."""
+
+    EVENT = "worker_lost"
 
     t: float
     worker: int
     worker_step: int
     reason: str
 
-    def to_dict(self) -> dict[str, Any]:
-        """The log line."""
-        return {"event": "worker_lost", **asdict(self)}
-
 
 @dataclass(frozen=True)
-class PsDone:
+class PsDone(_PsLine):
     """The PS's last line."""
+
+    EVENT = "done"
 
     t: float
     version: int
     workers: int
     lost: list[int] = field(default_factory=list)
 
-    def to_dict(self) -> dict[str, Any]:
-        """The log line."""
-        return {"event": "done", **asdict(self)}
-
 
 PsEvent = PsUpdate | PsStep | PsRelease | PsWorkerLost | PsDone
-_PS_EVENTS: dict[str, type] = {
-    "update": PsUpdate,
-    "step": PsStep,
-    "release": PsRelease,
-    "worker_lost": PsWorkerLost,
-    "done": PsDone,
-}
+_PS_EVENTS: dict[str, type] = {c.EVENT: c for c in (PsUpdate, PsStep, PsRelease, PsWorkerLost, PsDone)}
 
 
 def read_ps_log(path: Path, problems: list[str] | None = None) -> list[PsEvent]:
