@@ -24,6 +24,7 @@ from analysis.fabric_loss import fabric_drops
 from analysis.pcapfile import read_pcap
 from analysis.tcp import analyze
 from incastlab.cli import main as cli_main
+from tests.netns import delete_namespaces, nx, sh, start_tcpdump, stop_tcpdumps, veth
 from tests.tshark import tshark_count
 from tests.waiting import pcap_fins, wait_for
 
@@ -61,17 +62,8 @@ s.shutdown(socket.SHUT_WR); s.recv(1); s.close()
 """
 
 
-def _sh(*args: str, check: bool = True) -> str:
-    return subprocess.run(list(args), check=check, capture_output=True, text=True, timeout=60).stdout
-
-
-def _nx(ns: str, *args: str, check: bool = True) -> str:
-    return _sh("ip", "netns", "exec", ns, *args, check=check)
-
-
 def _teardown() -> None:
-    for ns in (NS_A, NS_R, NS_B):  # deleting a namespace deletes its veth ends too
-        subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+    delete_namespaces((NS_A, NS_R, NS_B))
 
 
 def _capture(tmp: Path, name: str, lossy: bool, nbytes: int) -> dict[str, object]:
@@ -82,51 +74,14 @@ def _capture(tmp: Path, name: str, lossy: bool, nbytes: int) -> dict[str, object
     procs: list[subprocess.Popen] = []
     try:
         for ns in (NS_A, NS_R, NS_B):
-            _sh("ip", "netns", "add", ns)
-        _sh(
-            "ip",
-            "link",
-            "add",
-            "ilt-an-va",
-            "netns",
-            NS_A,
-            "type",
-            "veth",
-            "peer",
-            "name",
-            "ilt-an-ra",
-            "netns",
-            NS_R,
-        )
-        _sh(
-            "ip",
-            "link",
-            "add",
-            "ilt-an-rb",
-            "netns",
-            NS_R,
-            "type",
-            "veth",
-            "peer",
-            "name",
-            "ilt-an-vb",
-            "netns",
-            NS_B,
-        )
-        for ns, ifc, ip in (
-            (NS_A, "ilt-an-va", "10.201.1.1/24"),
-            (NS_R, "ilt-an-ra", "10.201.1.2/24"),
-            (NS_R, "ilt-an-rb", "10.201.2.2/24"),
-            (NS_B, "ilt-an-vb", "10.201.2.1/24"),
-        ):
-            _nx(ns, "ip", "addr", "add", ip, "dev", ifc)
-            _nx(ns, "ip", "link", "set", ifc, "up")
-            _nx(ns, "ethtool", "-K", ifc, "tx", "off", "tso", "off", "gso", "off", "gro", "off", check=False)
-        _nx(NS_A, "ip", "route", "add", "default", "via", "10.201.1.2")
-        _nx(NS_B, "ip", "route", "add", "default", "via", "10.201.2.2")
-        _nx(NS_R, "sysctl", "-qw", "net.ipv4.ip_forward=1")
+            sh("ip", "netns", "add", ns)
+        veth(NS_A, "ilt-an-va", "10.201.1.1/24", NS_R, "ilt-an-ra", "10.201.1.2/24")
+        veth(NS_R, "ilt-an-rb", "10.201.2.2/24", NS_B, "ilt-an-vb", "10.201.2.1/24")
+        nx(NS_A, "ip", "route", "add", "default", "via", "10.201.1.2")
+        nx(NS_B, "ip", "route", "add", "default", "via", "10.201.2.2")
+        nx(NS_R, "sysctl", "-qw", "net.ipv4.ip_forward=1")
         if lossy:
-            _nx(
+            nx(
                 NS_R,
                 "tc",
                 "qdisc",
@@ -144,33 +99,7 @@ def _capture(tmp: Path, name: str, lossy: bool, nbytes: int) -> dict[str, object
             )
         snd, rcv = tmp / f"{name}-snd.pcap", tmp / f"{name}-rcv.pcap"
         for ns, ifc, f in ((NS_A, "ilt-an-va", snd), (NS_B, "ilt-an-vb", rcv)):
-            procs.append(
-                subprocess.Popen(
-                    [
-                        "ip",
-                        "netns",
-                        "exec",
-                        ns,
-                        "tcpdump",
-                        "-i",
-                        ifc,
-                        "-s",
-                        "128",
-                        "-U",
-                        "--immediate-mode",
-                        "-w",
-                        str(f),
-                        "tcp",
-                    ],
-                    stdout=subprocess.DEVNULL,
-                    stderr=subprocess.PIPE,
-                    text=True,
-                )
-            )
-        for cap in procs[:2]:  # each tcpdump says when it listens
-            assert cap.stderr is not None
-            while "listening on" not in (line := cap.stderr.readline()):
-                assert line, "tcpdump exited before it listened"
+            procs.append(start_tcpdump(ns, ifc, f))
         r = subprocess.Popen(
             ["ip", "netns", "exec", NS_B, sys.executable, "-c", RECV], stdout=subprocess.PIPE, text=True
         )
@@ -184,13 +113,9 @@ def _capture(tmp: Path, name: str, lossy: bool, nbytes: int) -> dict[str, object
         got = int(r.communicate(timeout=30)[0].strip())
         for f in (snd, rcv):  # both ends have closed: wait until each capture has both FINs
             wait_for(lambda f=f: pcap_fins(f) >= 2, 30, f"both FINs in {f.name}")
-        stats = []
-        for t in procs[:2]:
-            t.terminate()
-            stats.append(t.communicate(timeout=10)[1])
-        qd = _nx(NS_R, "tc", "-s", "qdisc", "show", "dev", "ilt-an-rb")
+        kdrops = stop_tcpdumps(procs[:2])
+        qd = nx(NS_R, "tc", "-s", "qdisc", "show", "dev", "ilt-an-rb")
         m = re.search(r"dropped (\d+)", qd)
-        kdrops = sum(int(x) for s in stats for x in re.findall(r"(\d+) packets dropped by kernel", s))
         return {
             "snd": snd,
             "rcv": rcv,
@@ -213,7 +138,7 @@ def caps(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, dict[st
         "lossy": _capture(tmp, "lossy", True, 4_000_000),
         "clean": _capture(tmp, "clean", False, 4_000_000),
     }
-    assert not any(ns.startswith("ilt-an") for ns in _sh("ip", "netns", "list").split())
+    assert not any(ns.startswith("ilt-an") for ns in sh("ip", "netns", "list").split())
 
 
 def test_transfer_completed(caps: dict[str, dict[str, object]]) -> None:

@@ -31,6 +31,7 @@ from analysis.goodput import delivered_bytes
 from analysis.pcapfile import read_pcap
 from analysis.rto import rto_events
 from analysis.tcpopts import read_options
+from tests.netns import delete_namespaces, nx, sh, start_tcpdump, stop_tcpdumps, veth
 from tests.waiting import pcap_fins, wait_for
 
 pytestmark = [
@@ -85,32 +86,15 @@ c.close()
 """
 
 
-def _sh(*args: str, check: bool = True) -> str:
-    return subprocess.run(list(args), check=check, capture_output=True, text=True, timeout=60).stdout
-
-
-def _nx(ns: str, *args: str, check: bool = True) -> str:
-    return _sh("ip", "netns", "exec", ns, *args, check=check)
-
-
 def _teardown() -> None:
-    for ns in [NS_R, NS_B, *NS_S]:
-        subprocess.run(["ip", "netns", "del", ns], capture_output=True)
-
-
-def _veth(ns_a: str, a: str, ip_a: str, ns_b: str, b: str, ip_b: str) -> None:
-    _sh("ip", "link", "add", a, "netns", ns_a, "type", "veth", "peer", "name", b, "netns", ns_b)
-    for ns, ifc, ip in ((ns_a, a, ip_a), (ns_b, b, ip_b)):
-        _nx(ns, "ip", "addr", "add", ip, "dev", ifc)
-        _nx(ns, "ip", "link", "set", ifc, "up")
-        _nx(ns, "ethtool", "-K", ifc, "tx", "off", "tso", "off", "gso", "off", "gro", "off", check=False)
+    delete_namespaces([NS_R, NS_B, *NS_S])
 
 
 def _sample_queue(stop: threading.Event, out: list[tuple[float, int]]) -> None:
     """The router port's backlog (packets) every ~10 ms, from `tc -s qdisc` of its pfifo."""
     while not stop.is_set():
         t = time.time()
-        txt = _nx(NS_R, "tc", "-s", "qdisc", "show", "dev", "ilt-rto-rb", check=False)
+        txt = nx(NS_R, "tc", "-s", "qdisc", "show", "dev", "ilt-rto-rb", check=False)
         m = re.search(r"qdisc pfifo 10:.*?backlog \S+ (\d+)p", txt, re.S)
         if m:
             out.append(((t + time.time()) / 2, int(m.group(1))))
@@ -126,15 +110,15 @@ def incast(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, objec
     samples: list[tuple[float, int]] = []
     try:
         for ns in [NS_R, NS_B, *NS_S]:
-            _sh("ip", "netns", "add", ns)
+            sh("ip", "netns", "add", ns)
         for i, ns in enumerate(NS_S, start=1):
-            _veth(ns, f"ilt-rto-v{i}", f"10.203.{i}.1/24", NS_R, f"ilt-rto-r{i}", f"10.203.{i}.2/24")
-            _nx(ns, "ip", "route", "add", "default", "via", f"10.203.{i}.2")
-        _veth(NS_R, "ilt-rto-rb", "10.203.100.2/24", NS_B, "ilt-rto-vb", f"{B_IP}/24")
-        _nx(NS_B, "ip", "route", "add", "default", "via", "10.203.100.2")
-        _nx(NS_R, "sysctl", "-qw", "net.ipv4.ip_forward=1")
-        _nx(NS_R, "tc", "qdisc", "add", "dev", "ilt-rto-rb", "root", "handle", "1:", "htb", "default", "1")
-        _nx(
+            veth(ns, f"ilt-rto-v{i}", f"10.203.{i}.1/24", NS_R, f"ilt-rto-r{i}", f"10.203.{i}.2/24")
+            nx(ns, "ip", "route", "add", "default", "via", f"10.203.{i}.2")
+        veth(NS_R, "ilt-rto-rb", "10.203.100.2/24", NS_B, "ilt-rto-vb", f"{B_IP}/24")
+        nx(NS_B, "ip", "route", "add", "default", "via", "10.203.100.2")
+        nx(NS_R, "sysctl", "-qw", "net.ipv4.ip_forward=1")
+        nx(NS_R, "tc", "qdisc", "add", "dev", "ilt-rto-rb", "root", "handle", "1:", "htb", "default", "1")
+        nx(
             NS_R,
             "tc",
             "class",
@@ -149,7 +133,7 @@ def incast(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, objec
             "rate",
             f"{RATE_MBIT}mbit",
         )
-        _nx(
+        nx(
             NS_R,
             "tc",
             "qdisc",
@@ -173,35 +157,7 @@ def incast(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, objec
             NS_R: "ilt-rto-rb",
         }
         for ns, f in caps.items():
-            procs.append(
-                subprocess.Popen(
-                    [
-                        "ip",
-                        "netns",
-                        "exec",
-                        ns,
-                        "tcpdump",
-                        "-i",
-                        ifaces[ns],
-                        "-s",
-                        "128",
-                        "-U",
-                        "--immediate-mode",
-                        "-B",
-                        "8192",
-                        "-w",
-                        str(f),
-                        "tcp",
-                    ],
-                    stdout=subprocess.DEVNULL,
-                    stderr=subprocess.PIPE,
-                    text=True,
-                )
-            )
-        for cap in procs:  # each tcpdump says when it listens
-            assert cap.stderr is not None
-            while "listening on" not in (line := cap.stderr.readline()):
-                assert line, "tcpdump exited before it listened"
+            procs.append(start_tcpdump(ns, ifaces[ns], f, "-B", "8192"))
         sampler = threading.Thread(target=_sample_queue, args=(stop, samples), daemon=True)
         sampler.start()
         r = subprocess.Popen(
@@ -221,17 +177,13 @@ def incast(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, objec
             wait_for(lambda f=f, n=fins: pcap_fins(f) >= n, 30, f"{fins} FINs in {f.name}")
         stop.set()
         sampler.join(timeout=5)
-        errs = []
-        for t in procs[: len(caps)]:
-            t.terminate()
-            errs.append(t.communicate(timeout=10)[1])
+        dropped = stop_tcpdumps(procs[: len(caps)])
         kernel = {}
         for i, ns in enumerate(NS_S, start=1):
-            txt = _nx(ns, "nstat", "-az", "-s", "TcpExtTCPTimeouts", "TcpExtTCPLossProbes", "TcpRetransSegs")
+            txt = nx(ns, "nstat", "-az", "-s", "TcpExtTCPTimeouts", "TcpExtTCPLossProbes", "TcpRetransSegs")
             kernel[f"10.203.{i}.1"] = {
                 m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)", txt, re.M)
             }
-        dropped = sum(int(x) for e in errs for x in re.findall(r"(\d+) packets dropped by kernel", e))
         yield {"caps": caps, "received": got, "kernel": kernel, "samples": samples, "tcpdump_drops": dropped}
     finally:
         stop.set()
@@ -240,7 +192,7 @@ def incast(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, objec
                 pr.kill()
                 pr.wait()
         _teardown()
-    assert not any(ns.startswith("ilt-rto") for ns in _sh("ip", "netns", "list").split())
+    assert not any(ns.startswith("ilt-rto") for ns in sh("ip", "netns", "list").split())
 
 
 def test_transfer_completed_and_captured(incast: dict[str, object]) -> None:
