@@ -10,8 +10,8 @@ from runmodel.config import ControllerOptions
 from runmodel.fabric import FabricSpec, build_plan
 from tests import test_dashboard as dash
 from tests.conftest import guarded_host
+from tests.iperf import start_incast
 from tests.test_dashboard import driver  # noqa: F401 - the headless Chromium fixture
-from tests.waiting import tcp_listening, wait_for
 
 pytestmark = pytest.mark.browser
 
@@ -43,16 +43,7 @@ def test_live_fabric_is_drawn_updates_and_marks_incast_drops(live, driver):  # n
     dash.open_dashboard(driver, base)
     dash.check_fabric_drawn(driver, base, 2, 4, 2)
     fab = live.fabric
-    servers = [fab.host("h1").popen(["iperf3", "-s", "-1", "-p", str(5500 + k)]) for k in range(7)]
-    wait_for(
-        lambda: all(tcp_listening(s.pid, 5500 + k) for k, s in enumerate(servers)),
-        15,
-        "the iperf3 servers on h1 to listen",
-    )
-    clients = [
-        fab.host(f"h{k + 2}").popen(["iperf3", "-c", "10.0.0.1", "-p", str(5500 + k), "-t", "6"])
-        for k in range(7)
-    ]
+    servers, clients = start_incast(fab, 5500, "-t", "6")
     try:
         dash.check_live_value_changes(driver, timeout=10)
         dash.check_ps_port_dropping(driver, base, dropping=True, timeout=10)

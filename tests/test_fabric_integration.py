@@ -12,6 +12,7 @@ import pytest
 from runmodel.config import ControllerOptions
 from runmodel.fabric import FabricSpec, build_plan
 from tests.conftest import guarded_host
+from tests.iperf import start_incast
 from tests.waiting import tcp_listening, wait_for, wait_for_polls
 from topologies import hosttcp
 
@@ -65,16 +66,7 @@ def tc_class_drops(dev: str) -> int:
 def test_incast_drops_seen_by_the_api_equal_the_kernel_counters(session):
     fab = session.fabric
     ps_port = session.plan.ps_port.name
-    servers = [fab.host("h1").popen(["iperf3", "-s", "-1", "-p", str(5400 + k)]) for k in range(7)]
-    wait_for(
-        lambda: all(tcp_listening(s.pid, 5400 + k) for k, s in enumerate(servers)),
-        15,
-        "the iperf3 servers on h1 to listen",
-    )
-    clients = [
-        fab.host(f"h{k + 2}").popen(["iperf3", "-c", "10.0.0.1", "-p", str(5400 + k), "-n", "1M"])
-        for k in range(7)
-    ]
+    servers, clients = start_incast(fab, 5400, "-n", "1M")
     answered_under_load = 0
 
     def clients_done() -> bool:
