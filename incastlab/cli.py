@@ -220,7 +220,7 @@ def finish(run_dir: Path, error: str | None, as_json: bool = False) -> None:
     """Summary, table and report of whatever the run produced (also after a failure); with as_json
     the table is printed as JSON and stdout holds nothing else."""
     from analysis.summary import summarize
-    from report.console import comparison
+    from report.console import comparison, table_text
 
     try:
         say("summary: computing figures")
@@ -239,12 +239,6 @@ def finish(run_dir: Path, error: str | None, as_json: bool = False) -> None:
         say(f"report failed: {type(exc).__name__}: {exc} (rebuild with `incastlab report {run_dir}`)")
 
 
-def table_text(table: Any, run_dir: Path, as_json: bool) -> str:
-    """A command's table (report.console's Table) as text, or with as_json as JSON with the run
-    folder's path under `run` (a script's one stdout document)."""
-    return table.render_json(run=str(run_dir)) if as_json else table.render()
-
-
 def cmd_report(args: argparse.Namespace) -> int:
     """Rebuild report.html/.md and figures of a saved run (and its summary if it has none); with
     --json print the comparison table as JSON instead of the report's path."""
@@ -254,7 +248,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     if not getattr(args, "json", False):
         print(result["files"]["html"])
         return 0
-    from report.console import comparison
+    from report.console import comparison, table_text
     from runmodel.folder import RunFolder
     from runmodel.summary import RunSummary
 

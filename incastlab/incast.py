@@ -358,8 +358,7 @@ def finish(run_dir: Path, say: Callable[[str], None], as_json: bool = False) -> 
     With as_json the table is printed as JSON (the run folder under `run`) and the report's path
     goes to stderr, so stdout is one document."""
     from analysis.incast import analyze_sweep
-    from incastlab.cli import table_text
-    from report.console import incast
+    from report.console import incast, table_text
 
     try:
         say("analysis: reading the captures and counters of every point")

@@ -18,6 +18,7 @@ import json
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 MISSING = "-"
@@ -199,3 +200,9 @@ def incast(result: Any) -> Table:
     return Table(
         cols, result.rows, footer=footer, note=lambda r: "" if r.state == "complete" else f"({r.state})"
     )
+
+
+def table_text(table: Table, run_dir: Path | str, as_json: bool) -> str:
+    """A command's table as text, or with as_json as JSON with the run folder's path under `run`
+    (a script's one stdout document)."""
+    return table.render_json(run=str(run_dir)) if as_json else table.render()
