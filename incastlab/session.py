@@ -280,8 +280,10 @@ def host_runtime(
 def runtime_for(cfg: ExperimentConfig, workdir: Path, say: Callable[[str], None]) -> HostRuntime:
     """An experiment's hosts (host_runtime), and what the chosen runtime cannot do refused up front:
     a job where the hosts cannot be containers, a job image that is not here, a cpu fault on a namespace
-    host that has no CPU limit to change."""
+    host that has no CPU limit to change; and, before a run folder is made, a controller port another
+    process holds (ControllerError)."""
     plan = cfg.plan()
+    ControllerProcess(plan, cfg.controller, workdir).check_ports()
     hosts = host_runtime(plan, workdir, cfg.stragglers, say=say)
     if any(spec.kind == JOB for spec in cfg.strategy_specs):
         if hosts.runtime != "docker":
