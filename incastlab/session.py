@@ -13,6 +13,7 @@ import os
 import platform
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
@@ -22,6 +23,8 @@ from typing import Any
 
 from controller.launch import ControllerProcess
 from incastlab.cleanup import MARKER, find_leftovers, kill_pids, run_pids
+from incastlab.follow import ExperimentError
+from incastlab.hostwatch import RunWatch, disk_short, restart_vswitchd, vswitchd_pid
 from runmodel.config import ControllerOptions, ExperimentConfig, RunEnvironment, Straggler
 from runmodel.fabric import Plan
 from runmodel.params import ParamError
@@ -44,6 +47,12 @@ class SessionError(RuntimeError):
     """The session cannot start; the message is one line and says what to do."""
 
 
+class HostFault(ExperimentError, SessionError):
+    """The machine took away what the run needs (hostwatch.RunWatch): ovs-vswitchd died, the results
+    disk filled. An ExperimentError, so a run ends like a failed strategy (exit 1, its records kept);
+    a SessionError, so a command without strategies (fabric --hold) ends in one line too."""
+
+
 def mark_run() -> None:
     """Mark this process so that everything it starts can be found by `incastlab clean`."""
     os.environ.setdefault(MARKER, str(os.getpid()))
@@ -58,15 +67,37 @@ class Interrupts:
     """
 
     SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    FAULT_SIGNAL = signal.SIGUSR1  # a watcher thread's way to stop the main thread (fail())
 
     def __init__(self) -> None:
         self.shield_depth = 0
         self.pending: int | None = None
+        self.fault: BaseException | None = None  # what fail() asked to raise, until raised
+        self.installed = False
 
     def install(self) -> None:
-        """Route the three signals to this object (main thread only, as Python requires)."""
+        """Route the three signals, and the fault signal, to this object (main thread only)."""
         for sig in self.SIGNALS:
             signal.signal(sig, self._on_signal)
+        signal.signal(self.FAULT_SIGNAL, self._on_fault)
+        self.installed = True
+
+    def fail(self, exc: BaseException) -> bool:
+        """From a watcher thread: raise `exc` in the main thread where it is, as a signal would (a
+        blocking call there is interrupted). False when the handler is not installed: the caller
+        then only records the fault. A fault arriving in teardown is dropped (teardown goes on)."""
+        if not self.installed or self.fault is not None:
+            return False
+        self.fault = exc
+        main = threading.main_thread().ident
+        assert main is not None
+        signal.pthread_kill(main, self.FAULT_SIGNAL)
+        return True
+
+    def _on_fault(self, _signum: int, _frame: FrameType | None) -> None:
+        exc, self.fault = self.fault, None
+        if exc is not None and not self.shield_depth:
+            raise exc
 
     def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
         if self.shield_depth:
@@ -95,15 +126,20 @@ def terminate_as_interrupt() -> None:
     INTERRUPTS.install()
 
 
-def preflight(cc: str | None = None, rto_min_ms: float | None = None) -> None:
+def preflight(cc: str | None = None, rto_min_ms: float | None = None, workdir: Path | None = None) -> None:
     """Refuse before building anything: not root, no Open vSwitch, a TCP setting the kernel lacks,
-    or leftovers of an earlier run."""
+    a results disk (`workdir`'s) without room for a run's records, or leftovers of an earlier run."""
     if os.geteuid() != 0:
         raise SessionError("incastlab needs root to build the network (try: sudo make ...)")
     if cc is not None:
         hosttcp.check_cc(cc)
     hosttcp.check_rto_min(rto_min_ms)
     ensure_ovs()
+    if vswitchd_pid() is None:  # ovsdb answers, but the switch daemon died (e.g. in a run)
+        if not restart_vswitchd():
+            raise SessionError("ovs-vswitchd is not running and `ovs-ctl start` did not start it")
+    if workdir is not None and (short := disk_short(workdir)):
+        raise SessionError(short)
     left = find_leftovers()
     if not left.empty():
         raise SessionError(
@@ -281,9 +317,11 @@ def runtime_for(cfg: ExperimentConfig, workdir: Path, say: Callable[[str], None]
     """An experiment's hosts (host_runtime), and what the chosen runtime cannot do refused up front:
     a job where the hosts cannot be containers, a job image that is not here, a cpu fault on a namespace
     host that has no CPU limit to change; and, before a run folder is made, a controller port another
-    process holds (ControllerError)."""
+    process holds (ControllerError) or a results disk without room (SessionError)."""
     plan = cfg.plan()
     ControllerProcess(plan, cfg.controller, workdir).check_ports()
+    if short := disk_short(workdir):
+        raise SessionError(short)
     hosts = host_runtime(plan, workdir, cfg.stragglers, say=say)
     if any(spec.kind == JOB for spec in cfg.strategy_specs):
         if hosts.runtime != "docker":
@@ -320,12 +358,15 @@ def fabric_session(
     """
     say = progress or (lambda _msg: None)
     mark_run()
-    preflight(*(tcp or (None, None)))
+    preflight(*(tcp or (None, None)), workdir=workdir)
     if hosts is None:
         hosts = host_runtime(plan, workdir, say=say)
     fabric = Fabric(plan, controller_port=options.of_port, controller_host=options.of_host, hosts=hosts)
     controller = ControllerProcess(plan, options, workdir, record=record)
     controller.check_ports()
+    watch = RunWatch(workdir, lambda why: INTERRUPTS.fail(HostFault(why)))
+    if not INTERRUPTS.installed and threading.current_thread() is threading.main_thread():
+        INTERRUPTS.install()
     try:
         say(f"starting controller (OpenFlow {options.of_host}:{options.of_port}, API {controller.base})")
         controller.start()
@@ -337,6 +378,7 @@ def fabric_session(
         )
         t0 = time.monotonic()
         fabric.start()
+        watch.start()
         fabric.wait_connected()
         hosts_kind = (
             f"hosts in {len(fabric.containers.containers)} containers"
@@ -355,15 +397,30 @@ def fabric_session(
             if loss > 0:
                 raise SessionError(f"all-pairs ping lost {loss:.0f} % of packets: forwarding is broken")
             say("all-pairs ping: no loss")
-        yield sess
+        try:
+            yield sess
+        except ExperimentError as exc:
+            # a worker that could not write its log may be the first to notice a full disk: name the disk
+            if not isinstance(exc, HostFault) and (short := disk_short(workdir)):
+                raise HostFault(f"{short} (first seen as: {exc})") from exc
+            raise
     finally:
         with INTERRUPTS.shielded():
+            watch.stop()
+            if vswitchd_pid() is None:
+                # without it every OVS change waits for a daemon that never answers
+                say("ovs-vswitchd is not running: restarting Open vSwitch to take the fabric down")
             teardown(fabric, controller)
 
 
 def teardown(fabric: Fabric, controller: ControllerProcess) -> None:
-    """Fabric, then controller, then anything this run started that still runs (bounded time)."""
+    """Fabric, then controller, then anything this run started that still runs (bounded time).
+
+    An ovs-vswitchd that died is started again first (restart_vswitchd): the fabric's bridges are
+    removed through it, and the host is left with Open vSwitch running, as the run found it."""
     try:
+        if vswitchd_pid() is None:
+            restart_vswitchd()  # if it fails, the sweep's OVS commands time out; veths and processes go
         fabric.stop()
     finally:
         controller.stop()

@@ -9,11 +9,18 @@ Each test asserts the exit code, the one line that names the cause, what stays o
 
 from __future__ import annotations
 
+import json
+import os
+import signal
 import socket
 
 import pytest
 
+from incastlab.cleanup import find_leftovers
+from incastlab.session import restart_vswitchd, vswitchd_pid
 from tests.conftest import run_cli
+from tests.running import Running
+from tests.test_faults_integration import assert_readable_incomplete_run, run_dir
 
 pytestmark = pytest.mark.integration
 SHORT = ["--workers", "3", "--capture", "ps-port"]
@@ -56,3 +63,36 @@ def test_a_taken_controller_port_is_refused_before_anything_is_built(clean_host,
     ], proc.stderr
     assert list(tmp_path.iterdir()) == [], "refused before start: no run folder"
     assert "building fabric" not in proc.stderr
+
+
+def test_a_killed_ovs_vswitchd_ends_the_run_with_its_cause(clean_host, tmp_path):
+    """SIGKILL to ovs-vswitchd at step 1 of a ring (the userspace datapath dies with it): exit 1 at
+    once (not at the run's timeout), one line naming ovs-vswitchd and its pid, the steps before it
+    kept, status.json failed with that cause, a report that says incomplete, Open vSwitch running
+    again (restarted by the run's teardown) and nothing of the fabric left."""
+    run = Running(["compare", "--strategies", "ring", "--steps", "40", *SHORT, "--results", str(tmp_path)])
+    killed = None
+    try:
+        with run.killed_on_error():
+            run.wait_line(r"ring: step [1-9]", 300)
+            killed = vswitchd_pid()
+            assert killed is not None, "ovs-vswitchd must run during a run"
+            os.kill(killed, signal.SIGKILL)
+            code, secs = run.wait_exit(guard=120)
+        restarted = vswitchd_pid()
+    finally:
+        if vswitchd_pid() is None:  # whatever happened, leave Open vSwitch running for the next test
+            restart_vswitchd()
+    print(f"ovs-vswitchd {killed} killed: exit {code} {secs:.1f} s later; now {restarted}\n{run.tail()}")
+    assert code == 1, run.tail()
+    errors = error_lines(run.text("stderr"))
+    assert len(errors) == 1 and f"ovs-vswitchd (pid {killed}) died mid-run" in errors[0], errors
+    assert restarted is not None and restarted != killed, "the teardown starts Open vSwitch again"
+    assert find_leftovers().empty(), f"left {find_leftovers().describe()}"
+
+    folder = run_dir(tmp_path)
+    status = json.loads((folder / "ring" / "status.json").read_text())
+    assert status["state"] == "failed" and "ovs-vswitchd" in status["error"], status
+    steps = [r for r in (folder / "ring" / "worker-0.jsonl").read_text().splitlines() if '"step"' in r]
+    assert 1 <= len(steps) < 40, "the steps before the fault are kept, and the run did not go on"
+    assert_readable_incomplete_run(folder)
