@@ -16,7 +16,8 @@ import shutil
 import signal
 import subprocess
 import time
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -34,51 +35,32 @@ LIBVIRT_SOCKET = Path("/run/libvirt/libvirt-sock")
 VM_CHECK_PID = Path(__file__).resolve().parent.parent / "build" / "vm" / "vm-check.pid"
 
 
+def _kind(says: Callable[[list[Any]], str]) -> Any:
+    """A kind of leftover: an empty list by default; `says` names a non-empty one for describe()."""
+    return field(default_factory=list, metadata={"says": says})
+
+
 @dataclass
 class Leftovers:
-    """What an earlier run left behind."""
+    """What an earlier run left behind, one list per kind (each kind says how describe() names it)."""
 
-    bridges: list[str] = field(default_factory=list)
-    veths: list[str] = field(default_factory=list)
-    pids: list[int] = field(default_factory=list)
-    netns: list[str] = field(default_factory=list)
-    qos: list[str] = field(default_factory=list)
-    containers: list[str] = field(default_factory=list)  # labelled incastlab.run, running or not
-    images: list[str] = field(default_factory=list)  # incastlab's dangling (untagged) images
-    vm: list[str] = field(default_factory=list)  # make vm-check's libvirt domain/volume/network
+    bridges: list[str] = _kind(lambda v: f"bridges {' '.join(v)}")
+    veths: list[str] = _kind(lambda v: f"{len(v)} veths")
+    pids: list[int] = _kind(lambda v: f"processes {' '.join(map(str, v))}")
+    netns: list[str] = _kind(lambda v: f"namespaces {' '.join(v)}")
+    qos: list[str] = _kind(lambda v: f"{len(v)} OVS QoS rows")
+    # containers labelled incastlab.run, running or not; incastlab's dangling (untagged) images
+    containers: list[str] = _kind(lambda v: f"containers {' '.join(sorted(v, key=natural))}")
+    images: list[str] = _kind(lambda v: f"{len(v)} dangling incastlab images")
+    vm: list[str] = _kind(lambda v: f"libvirt {' '.join(v)}")  # make vm-check's domain/volume/network
 
     def empty(self) -> bool:
         """True when nothing is left."""
-        return not (
-            self.bridges
-            or self.veths
-            or self.pids
-            or self.netns
-            or self.qos
-            or self.containers
-            or self.images
-            or self.vm
-        )
+        return not any(getattr(self, f.name) for f in fields(self))
 
     def describe(self) -> str:
         """One line naming what is left."""
-        parts = []
-        if self.bridges:
-            parts.append(f"bridges {' '.join(self.bridges)}")
-        if self.veths:
-            parts.append(f"{len(self.veths)} veths")
-        if self.pids:
-            parts.append(f"processes {' '.join(map(str, self.pids))}")
-        if self.netns:
-            parts.append(f"namespaces {' '.join(self.netns)}")
-        if self.qos:
-            parts.append(f"{len(self.qos)} OVS QoS rows")
-        if self.containers:
-            parts.append(f"containers {' '.join(sorted(self.containers, key=natural))}")
-        if self.images:
-            parts.append(f"{len(self.images)} dangling incastlab images")
-        if self.vm:
-            parts.append(f"libvirt {' '.join(self.vm)}")
+        parts = [f.metadata["says"](getattr(self, f.name)) for f in fields(self) if getattr(self, f.name)]
         return ", ".join(parts) or "nothing"
 
 
