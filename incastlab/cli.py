@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -170,6 +171,13 @@ def cmd_experiment(args: argparse.Namespace) -> int:
     if getattr(args, "job_command", None):  # `incastlab job ... -- CMD`
         base = dataclasses.replace(base, job_command=tuple(args.job_command))
     cfg = config_from_args(args, base)
+    from incastlab.check import experiment_line, is_root
+
+    if not args.check:
+        require_root()  # before the kernel is asked and before a run folder exists
+    elif not is_root():  # --check without root: what only root can ask the machine is left out
+        print(experiment_line(cfg, scenario, root_checked=False), flush=True)
+        return 0
     from topologies.hosttcp import check_cc, check_rto_min
 
     for spec in cfg.strategy_specs:  # what the kernel cannot do is refused before anything is built
@@ -178,6 +186,9 @@ def cmd_experiment(args: argparse.Namespace) -> int:
     from incastlab.session import runtime_for
 
     hosts = runtime_for(cfg, Path(args.results), say)  # docker or netns, said in one line, refused early
+    if args.check:
+        print(experiment_line(cfg, scenario, root_checked=True), flush=True)
+        return 0
     folder = RunFolder.create(Path(args.results), label=args.run_name or "")
     from incastlab.version import provenance
 
@@ -275,6 +286,18 @@ def cmd_incast(args: argparse.Namespace) -> int:
         given_params(args, IncastConfig),
     )
     cfg.validate()
+    from incastlab.check import incast_line, is_root
+
+    if args.check:
+        root = is_root()
+        from incastlab.incast import kernel_checks
+
+        checked, not_run = kernel_checks(cfg, args.param_lines is not None) if root else (cfg, [])
+        if not checked.curves:
+            raise ParamError("lines: no curve this kernel can run")
+        print(incast_line(checked, scenario, root, not_run), flush=True)
+        return 0
+    require_root()  # before the kernel is asked and before a run folder exists
     from incastlab.version import provenance
 
     return run(
@@ -287,6 +310,22 @@ def cmd_incast(args: argparse.Namespace) -> int:
         name=args.run_name or "",
         as_json=args.json,
     )
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    """`incastlab check SCENARIO [FLAGS]`: the run command the scenario is for, with --check."""
+    from incastlab.check import check_argv
+
+    return _main(check_argv(args, SCENARIO_DIR))
+
+
+def require_root() -> None:
+    """Refuse a run that cannot build the network (not root) in session.preflight's words, before it
+    makes a run folder that would hold nothing but a report of nothing."""
+    from incastlab.session import preflight
+
+    if os.geteuid() != 0:
+        preflight()
 
 
 def _stage(module: str, func: str) -> Callable[[argparse.Namespace], int]:
@@ -329,6 +368,12 @@ def add_run_flags(p: argparse.ArgumentParser, title: str, shown: Any, scenario: 
     add_param_flags(p, FabricSpec, "fabric", shown.fabric)
     add_param_flags(p, ControllerOptions, "controller", shown.controller)
     p.add_argument("--scenario", help=f"scenario file (default: the shipped {scenario.name})")
+    p.add_argument(
+        "--check",
+        action="store_true",
+        help="validate the scenario and every flag, print one line and exit (no root needed, "
+        "nothing built); exit 2 with the run's own message when something is wrong",
+    )
     add_results_flags(p)
     add_json_flag(p)
 
@@ -464,6 +509,18 @@ def build_parser() -> Parser:
     i = sub.add_parser("inspect", help="print one flow's packets with what each is", description=INSPECT_HELP)
     add_inspect_arguments(i)
     i.set_defaults(func=_stage("analysis.cli", "run_inspect"))
+
+    k = sub.add_parser(
+        "check",
+        help="validate a scenario file and flags without root, building nothing",
+        description="Checks SCENARIO (a file, or a shipped scenario's name: compare, straggler, "
+        "mitigate, job, incast) and the FLAGS after it with the parsing of the command the scenario "
+        "is for (incast for a sweep's fields, job for a job strategy, else compare): ok in one line, "
+        "exit 0; else the run's own one-line message, exit 2. Same as that command's --check.",
+    )
+    k.add_argument("scenario", metavar="SCENARIO", help="scenario file or shipped scenario name")
+    k.add_argument("flags", nargs=argparse.REMAINDER, metavar="FLAGS", help="the run command's flags")
+    k.set_defaults(func=cmd_check)
 
     c = sub.add_parser("clean", help="remove bridges, veths, processes left by a crashed run")
     c.set_defaults(func=cmd_clean)

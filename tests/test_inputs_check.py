@@ -1,0 +1,129 @@
+"""Inputs checked before a run (issue #30): `incastlab check` and `--check`, the root refusal before any
+run folder, `report` of an incast folder and of a read-only one (--out), and Ctrl-C in a command that
+builds no fabric.
+
+The oracle of a check's refusal is the run command's own line for the same input: the check must print
+exactly what `incastlab compare --scenario FILE` (or `incast`) prints, exit 2. The non-root cases run as
+the user `nobody` (runuser), since root ignores file permissions and may do what a user may not.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT, incastlab_cmd, require, run_cli
+
+DATA = ROOT / "tests" / "data"
+
+# (scenario JSON, the start of the one line both the run and the check must print)
+BAD_SCENARIOS = [
+    ({"strategies": ["ps:shard=2"]}, "incastlab compare: strategies: 'ps:shard=2': unknown option 'shard'"),
+    ({"steps": "5"}, "incastlab compare: steps must be a whole number, got '5'"),
+    ({"stepz": 5}, "incastlab compare: scenario"),
+    (
+        {"faults": ["link-down:lf9-eth1@5s"]},
+        "incastlab compare: fault 'link-down:lf9-eth1@5s': no switch port",
+    ),
+    ({"stragglers": [{"host": "h3", "cpu": 2}]}, "incastlab compare: stragglers: h3: cpu share"),
+    ({"client": "h1", "senders": [1, 99]}, "incastlab incast: senders: 99 senders need 100 hosts"),
+    ({"client": "h1", "lines": ["base", "cc=vegas"]}, "incastlab incast: lines: cc=vegas: cc must be one of"),
+]
+
+
+def as_nobody() -> list[str]:
+    """The prefix that runs a command as the unprivileged user nobody (HOME for matplotlib's cache)."""
+    require(None if shutil.which("runuser") else "runuser not installed")
+    return ["runuser", "-u", "nobody", "--", "env", "HOME=/tmp", "MPLCONFIGDIR=/tmp"]
+
+
+def world_readable(path: Path) -> Path:
+    """Make `path` (a file or tree under a pytest tmp dir) and its parents readable by nobody."""
+    for p in [path, *path.parents]:
+        if p == Path("/"):
+            break
+        p.chmod(p.stat().st_mode | 0o555 if p.is_dir() else p.stat().st_mode | 0o444)
+    for sub in path.rglob("*") if path.is_dir() else []:
+        sub.chmod(sub.stat().st_mode | (0o555 if sub.is_dir() else 0o444))
+    return path
+
+
+def run_as(prefix: list[str], args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        prefix + incastlab_cmd() + args, capture_output=True, text=True, timeout=120, cwd=cwd
+    )
+
+
+def one_line(stderr: str) -> str:
+    lines = [ln for ln in stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1, f"expected one line on stderr, got:\n{stderr}"
+    assert "Traceback" not in stderr
+    return lines[0]
+
+
+@pytest.mark.parametrize(("doc", "start"), BAD_SCENARIOS, ids=[s for _d, s in BAD_SCENARIOS])
+def test_a_bad_scenario_is_refused_by_check_with_the_runs_own_line(tmp_path, doc, start):
+    scenario = tmp_path / "s.json"
+    scenario.write_text(json.dumps(doc))
+    command = "incast" if "client" in doc else "compare"
+    results = tmp_path / "results"
+    run = run_cli([command, "--scenario", str(scenario), "--results", str(results)])
+    check = run_cli(["check", str(scenario), "--results", str(results)])
+    flag = run_cli([command, "--scenario", str(scenario), "--check", "--results", str(results)])
+    assert run.returncode == check.returncode == flag.returncode == 2
+    assert one_line(check.stderr) == one_line(run.stderr) == one_line(flag.stderr)
+    assert one_line(check.stderr).startswith(start)
+    assert not results.exists()
+
+
+def test_check_without_root_refuses_the_issues_typos_and_passes_a_good_file(tmp_path):
+    nobody = as_nobody()
+    typo, good = tmp_path / "typo.json", tmp_path / "good.json"
+    typo.write_text(json.dumps({"strategies": "ps:shard=2,ring", "steps": "5"}))
+    good.write_text(
+        json.dumps({"strategies": "ps:shards=2,ring", "steps": 5, "faults": ["kill-worker:1@step2"]})
+    )
+    world_readable(tmp_path)
+    bad = run_as(nobody, ["check", str(typo)], tmp_path)
+    assert bad.returncode == 2
+    assert one_line(bad.stderr).startswith("incastlab compare: strategies: 'ps:shard=2': unknown option")
+    steps = run_as(nobody, ["check", str(good), "--steps", "five"], tmp_path)
+    assert steps.returncode == 2 and "--steps" in one_line(steps.stderr)
+    ok = run_as(nobody, ["check", str(good), "--straggler", "h3:cpu=0.5"], tmp_path)
+    assert ok.returncode == 0, ok.stderr
+    line = ok.stdout.strip()
+    # what the file and flags say, read back: the strategies, 5 steps, one fault, one straggler
+    assert line.startswith(f"{good}: ok (ps:shards=2, ring;") and "5 steps" in line
+    assert "1 fault(s)" in line and "1 straggler(s)" in line and "need root" in line
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["good.json", "typo.json"]  # nothing made
+
+
+def test_check_of_the_shipped_scenarios_passes_as_root_and_makes_nothing(tmp_path):
+    """As root the check also asks the kernel (congestion controls, minimum RTO) as the run does."""
+    require(None if os.geteuid() == 0 else "needs root (the kernel checks)")
+    for name in ("compare", "mitigate", "incast"):
+        done = run_cli(["check", name, "--results", str(tmp_path / "r"), "--api-port", "1", "--of-port", "2"])
+        if done.returncode == 2 and "already in use" in done.stderr:
+            pytest.fail(f"ports 1 and 2 in use? {done.stderr}")
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.startswith(str(ROOT / "incastlab" / "scenarios" / f"{name}.json") + ": ok (")
+    assert not (tmp_path / "r").exists()
+
+
+def test_a_run_without_root_is_refused_before_it_makes_a_run_folder(tmp_path):
+    nobody = as_nobody()
+    results = tmp_path / "results"
+    world_readable(tmp_path)
+    tmp_path.chmod(0o777)
+    for command in ("compare", "incast"):
+        done = run_as(nobody, [command, "--results", str(results)], tmp_path)
+        assert done.returncode == 2
+        assert one_line(done.stderr) == f"incastlab {command}: incastlab needs root to build the network " + (
+            "(try: sudo make ...)"
+        )
+    assert not results.exists()
