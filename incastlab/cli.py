@@ -251,22 +251,54 @@ def finish(run_dir: Path, error: str | None, as_json: bool = False) -> None:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    """Rebuild report.html/.md and figures of a saved run (and its summary if it has none); with
-    --json print the comparison table as JSON instead of the report's path."""
-    from report import build_report
+    """Rebuild report.html/.md and figures of a saved run, a compare-like run or an incast sweep (the
+    kind its config.json says), into the run folder or --out DIR; the summary (incast.json) is rebuilt
+    when missing. With --json print the run's table as JSON instead of the report's path."""
+    run_dir = Path(args.run)
+    out = Path(args.out) if args.out else None
+    if out is None and run_dir.is_dir() and not os.access(run_dir, os.W_OK):
+        raise UsageError(f"cannot write the report into {run_dir} (not writable here); give --out DIR")
+    from report.console import table_text
 
-    result = build_report(Path(args.run))
+    try:
+        table, html = report_of(run_dir, out)
+    except OSError as exc:  # a summary to rebuild in a read-only run folder, a full disk, an --out not ours
+        where = Path(exc.filename or out or run_dir)
+        inside = where.resolve().is_relative_to(run_dir.resolve())
+        hint = "; its summary is rebuilt in the run folder: report from a writable copy" if inside else ""
+        raise UsageError(f"cannot write {where}: {exc.strerror or exc}{hint}") from exc
     if not getattr(args, "json", False):
-        print(result["files"]["html"])
+        print(html)
         return 0
-    from report.console import comparison, table_text
+    say(f"report: {html}")
+    print(table_text(table, run_dir, True))
+    return 0
+
+
+def report_of(run_dir: Path, out: Path | None) -> tuple[Any, Path]:
+    """Build the report of a run folder by what it holds: an incast sweep's (config.json's kind, its
+    incast.json analysed from the captures when missing) or a run's; returns its table and report.html."""
+    from report.console import comparison, incast
     from runmodel.folder import RunFolder
+
+    doc = RunFolder(run_dir).config_doc() if run_dir.is_dir() else None
+    if doc is not None and doc.get("kind") == "incast":
+        from analysis.incast import analyze_sweep
+        from report.incast import build_incast_report
+        from runmodel.incast import IncastFolder
+
+        result = IncastFolder(run_dir).result()
+        if result is None:
+            say("analysis: no readable incast.json; reading the captures and counters of every point")
+            result = analyze_sweep(run_dir)
+        files = build_incast_report(run_dir, out)
+        return incast(result), files["html"]
+    from report import build_report
     from runmodel.summary import RunSummary
 
-    folder = RunFolder(Path(result["run_dir"]))
-    say(f"report: {result['files']['html']}")
-    print(table_text(comparison(RunSummary.from_dict(folder.summary_doc() or {})), folder.path, True))
-    return 0
+    built = build_report(run_dir, out)
+    summary = RunSummary.from_dict(RunFolder(Path(built["run_dir"])).summary_doc() or {})
+    return comparison(summary), built["files"]["html"]
 
 
 def cmd_incast(args: argparse.Namespace) -> int:
@@ -494,8 +526,14 @@ def build_parser() -> Parser:
     )
     n.set_defaults(func=cmd_incast)
 
-    r = sub.add_parser("report", help="rebuild the report of a saved run folder")
+    r = sub.add_parser("report", help="rebuild the report of a saved run folder (compare-like or incast)")
     r.add_argument("run", help="run folder, e.g. results/latest")
+    r.add_argument(
+        "--out",
+        metavar="DIR",
+        help="write report.html, report.md and figures/ into DIR instead of the run folder "
+        "(for a run folder this user cannot write)",
+    )
     add_json_flag(r)
     r.set_defaults(func=cmd_report)
 

@@ -24,26 +24,31 @@ def build_document(
     return RUN.document(run, sections, callouts)
 
 
-def write_document(doc: Document, run: RunView | RunFolder) -> dict[str, Any]:
+def write_document(doc: Document, run: RunView | RunFolder, out: Path | None = None) -> dict[str, Any]:
     """report.html (self-contained), report.md and figures/<key>.png into the run's folder (a RunView's,
-    or a RunFolder such as an IncastFolder); stale PNGs of an older build go."""
+    or a RunFolder such as an IncastFolder), or into `out` (made if missing) under the same names; stale
+    PNGs of an older build go."""
     folder = run if isinstance(run, RunFolder) else run.folder
-    folder.figures_dir.mkdir(parents=True, exist_ok=True)
+    dest = folder.path if out is None else Path(out)
+    figures_dir = dest / folder.figures_dir.name
+    html, md = dest / folder.report_html.name, dest / folder.report_md.name
+    figures_dir.mkdir(parents=True, exist_ok=True)
     pngs = {}
     for f in doc.figures():
-        path = folder.figures_dir / f"{f.key}.png"
+        path = figures_dir / f"{f.key}.png"
         path.write_bytes(f.png)
         pngs[f.key] = path
-    for old in folder.figures_dir.glob("*.png"):
+    for old in figures_dir.glob("*.png"):
         if old not in pngs.values():
             old.unlink()
-    folder.report_html.write_text(render_html(doc), encoding="utf-8")
-    folder.report_md.write_text(render_markdown(doc, folder.figures_dir.name), encoding="utf-8")
-    return {"html": folder.report_html, "md": folder.report_md, "figures": pngs}
+    html.write_text(render_html(doc), encoding="utf-8")
+    md.write_text(render_markdown(doc, figures_dir.name), encoding="utf-8")
+    return {"html": html, "md": md, "figures": pngs}
 
 
-def build_report(run_dir: Path | str) -> dict[str, Any]:
-    """Write the report of a run folder; returns the files written and what the page shows.
+def build_report(run_dir: Path | str, out: Path | None = None) -> dict[str, Any]:
+    """Write the report of a run folder (into `out` when given); returns the files written and what
+    the page shows.
 
     Keys: files (html, md, figures: key -> path), complete, summary_rebuilt (why, or None), ps_port,
     strategies, straggler, sections (titles), callouts ({title, tone, items}), findings, tables
@@ -51,7 +56,7 @@ def build_report(run_dir: Path | str) -> dict[str, Any]:
     and figures (key -> the data it plots)."""
     run = RunView.open(run_dir)
     doc = build_document(run)
-    files = write_document(doc, run)
+    files = write_document(doc, run, out)
     found = doc.section("Findings")
     return {
         "run_dir": run.folder.path,

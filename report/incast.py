@@ -24,12 +24,13 @@ def build_incast_document(result: IncastResult, tl: dict[str, Any] | None, name:
     return INCAST.document(IncastView(result, tl, name))
 
 
-def build_incast_report(run_dir: Path | str) -> dict[str, Any]:
-    """Write report.html, report.md and figures/*.png of a sweep's run folder; returns the files and the
-    document. ParamError (one line) when the folder has no readable incast.json."""
+def build_incast_report(run_dir: Path | str, out: Path | None = None) -> dict[str, Any]:
+    """Write report.html, report.md and figures/*.png of a sweep's run folder (into `out` when given);
+    returns the files and the document. ParamError (one line) when the folder has no readable
+    incast.json."""
     folder = IncastFolder(Path(run_dir))
     doc = INCAST.document(IncastView.open(folder))
-    return {**write_document(doc, folder), "document": doc}
+    return {**write_document(doc, folder, out), "document": doc}
 
 
 __all__ = ["IncastRow", "build_incast_document", "build_incast_report", "curve_figure", "timeline_figure"]

@@ -127,3 +127,73 @@ def test_a_run_without_root_is_refused_before_it_makes_a_run_folder(tmp_path):
             "(try: sudo make ...)"
         )
     assert not results.exists()
+
+
+# -- report -------------------------------------------------------------------------------------------
+def copy_fixture(name: str, dest: Path) -> Path:
+    run = dest / name
+    shutil.copytree(DATA / name, run)
+    return run
+
+
+def test_report_of_an_incast_folder_builds_the_incast_report(tmp_path):
+    run = copy_fixture("incast-small", tmp_path)
+    (run / "report.html").unlink(missing_ok=True)
+    done = run_cli(["report", str(run)])
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == str(run / "report.html")
+    html = (run / "report.html").read_text()
+    cfg = json.loads((run / "config.json").read_text())
+    for line in cfg["lines"]:  # every curve of the sweep's config is on the page
+        assert line in html
+    assert {p.name for p in (run / "figures").glob("*.png")} >= {"incast-curve.png"}
+    table = run_cli(["report", str(run), "--json"])
+    assert table.returncode == 0, table.stderr
+    rows = json.loads(table.stdout)["rows"]  # one row per curve and sender count the config names
+    assert sorted((r["line"], r["senders"]) for r in rows) == sorted(
+        (line, n) for line in cfg["lines"] for n in cfg["senders"]
+    )
+
+
+def snapshot(path: Path) -> dict[str, tuple[int, int]]:
+    return {str(p.relative_to(path)): (p.stat().st_size, p.stat().st_mtime_ns) for p in path.rglob("*")}
+
+
+@pytest.mark.parametrize("fixture", ["run-small", "incast-small"])
+def test_report_of_a_read_only_folder_says_so_and_writes_to_out(tmp_path, fixture):
+    nobody = as_nobody()
+    run = copy_fixture(fixture, tmp_path)
+    world_readable(tmp_path)
+    for p in [run, *run.rglob("*")]:  # root's folder, read-only for everyone else
+        p.chmod(p.stat().st_mode & ~0o222)
+    out_root = tmp_path / "out"
+    out_root.mkdir(mode=0o777)
+    out_root.chmod(0o777)
+    before = snapshot(run)
+    refused = run_as(nobody, ["report", str(run)], tmp_path)
+    assert refused.returncode == 2
+    assert one_line(refused.stderr) == (
+        f"incastlab report: cannot write the report into {run} (not writable here); give --out DIR"
+    )
+    done = run_as(nobody, ["report", str(run), "--out", str(out_root / "rep")], tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == str(out_root / "rep" / "report.html")
+    assert (out_root / "rep" / "report.md").stat().st_size > 0
+    assert list((out_root / "rep" / "figures").glob("*.png"))
+    assert snapshot(run) == before  # the run folder untouched
+
+
+def test_report_needing_a_summary_in_a_read_only_folder_is_one_line(tmp_path):
+    nobody = as_nobody()
+    run = copy_fixture("run-small", tmp_path)
+    (run / "summary.json").unlink()
+    world_readable(tmp_path)
+    for p in [run, *run.rglob("*")]:
+        p.chmod(p.stat().st_mode & ~0o222)
+    out = tmp_path / "out"
+    out.mkdir()
+    out.chmod(0o777)
+    done = run_as(nobody, ["report", str(run), "--out", str(out)], tmp_path)
+    assert done.returncode == 2
+    line = one_line(done.stderr)
+    assert line.startswith(f"incastlab report: cannot write {run}/") and "Permission denied" in line
