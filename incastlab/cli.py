@@ -575,8 +575,18 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return _main(argv)
     except KeyboardInterrupt:
-        print(f"incastlab {command}: interrupted; the fabric was taken down", file=sys.stderr)
+        done = "; the fabric was taken down" if builds_fabric(argv) else ""
+        print(f"incastlab {command}: interrupted{done}", file=sys.stderr)
         return EXIT_INTERRUPTED
+
+
+FABRIC_COMMANDS = ("fabric", "dashboard", "compare", "straggler", "mitigate", "job", "incast")
+
+
+def builds_fabric(argv: list[str]) -> bool:
+    """True for a command line that builds a fabric (so an interrupt took one down): a run command,
+    not its --check, not incast --rebuild."""
+    return bool(argv) and argv[0] in FABRIC_COMMANDS and not {"--check", "--rebuild"} & set(argv)
 
 
 def _main(argv: list[str]) -> int:

@@ -12,12 +12,14 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import ROOT, incastlab_cmd, require, run_cli
+from tests.running import Running
 
 DATA = ROOT / "tests" / "data"
 
@@ -197,3 +199,17 @@ def test_report_needing_a_summary_in_a_read_only_folder_is_one_line(tmp_path):
     assert done.returncode == 2
     line = one_line(done.stderr)
     assert line.startswith(f"incastlab report: cannot write {run}/") and "Permission denied" in line
+
+
+# -- Ctrl-C in a command that builds no fabric -----------------------------------------------------
+def test_ctrl_c_during_analyze_says_interrupted_and_nothing_of_a_fabric():
+    """analyze of the same capture thousands of times: its first result on stdout says it is reading,
+    then Ctrl-C (SIGINT to its process group) must end it with exit 130 and one line."""
+    pcap = str(DATA / "run-small" / "ps" / "pcap" / "h1.pcap")
+    run = Running(["analyze", "--json", *[pcap] * 5000])
+    with run.killed_on_error():
+        run.wait_line(r'^\{"file"', timeout=60)
+        run.send(signal.SIGINT)
+        code, _ = run.wait_exit(guard=30)
+    assert code == 130, run.tail()
+    assert one_line(run.text("stderr")) == "incastlab analyze: interrupted"
