@@ -11,6 +11,9 @@ from report.figures.base import TIME_LABEL, canvas, draw_gaps, draw_marks
 from report.series import Mark
 
 RTO_COLOR, TLP_COLOR = "#c00000", "#555555"
+# one style per kind of rto_events.json mark, for the marks and their legend entries alike
+RTO_STYLE: dict[str, Any] = {"ls": "none", "marker": "v", "ms": 6, "color": RTO_COLOR, "alpha": 0.8}
+TLP_STYLE: dict[str, Any] = {"ls": "none", "marker": "|", "ms": 8, "color": TLP_COLOR}
 
 
 def queue_figure(
@@ -55,6 +58,12 @@ def queue_figure(
         fontsize=10,
     )
     return fig
+
+
+def _event_marks(ax: Any, ts: list[float], height: float, style: dict[str, Any]) -> None:
+    """Events as marks at `height` (a share of the panel's height) along the top of the panel."""
+    if ts:
+        ax.plot(ts, [height] * len(ts), transform=ax.get_xaxis_transform(), clip_on=True, **style)
 
 
 def drops_retx_figure(
@@ -109,32 +118,10 @@ def drops_retx_figure(
             )
             title += f", {r['retransmits_total']} retransmissions"
         ev = rto.get(name, [])
-        tr = ax.get_xaxis_transform()
         timeouts = [e["t"] for e in ev if e["kind"] != "tlp"]
         probes = [e["t"] for e in ev if e["kind"] == "tlp"]
-        if timeouts:
-            ax.plot(
-                timeouts,
-                [0.94] * len(timeouts),
-                transform=tr,
-                ls="none",
-                marker="v",
-                ms=6,
-                clip_on=True,
-                color=RTO_COLOR,
-                alpha=0.8,
-            )
-        if probes:
-            ax.plot(
-                probes,
-                [0.84] * len(probes),
-                transform=tr,
-                ls="none",
-                marker="|",
-                ms=8,
-                color=TLP_COLOR,
-                clip_on=True,
-            )
+        _event_marks(ax, timeouts, 0.94, RTO_STYLE)
+        _event_marks(ax, probes, 0.84, TLP_STYLE)
         if name in rto:
             title += (
                 f", {len(timeouts)} retransmission timeouts and {len(probes)} tail-loss probes in the "
@@ -165,13 +152,9 @@ def drops_retx_figure(
             )
         )
     if any(e["kind"] != "tlp" for v in rto.values() for e in v):
-        handles.append(
-            Line2D([], [], ls="none", marker="v", color=RTO_COLOR, label="a retransmission timeout")
-        )
+        handles.append(Line2D([], [], label="a retransmission timeout", **RTO_STYLE))
     if any(e["kind"] == "tlp" for v in rto.values() for e in v):
-        handles.append(
-            Line2D([], [], ls="none", marker="|", ms=8, color=TLP_COLOR, label="a tail-loss probe")
-        )
+        handles.append(Line2D([], [], label="a tail-loss probe", **TLP_STYLE))
     fig.legend(handles=handles, loc="outside lower center", ncols=min(3, len(handles)), fontsize=8)
     fig.suptitle(
         "Queue drops, TCP retransmissions and timeouts over time (controller queue counters per "
