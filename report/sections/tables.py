@@ -26,23 +26,17 @@ def is_num(v: Any) -> bool:
     return isinstance(v, int | float) and not isinstance(v, bool)
 
 
+# how a number of each kind is written (int: truncated to a whole number; pct: a share, x 100)
+FORMATS = {"int": "{:d}", "s": "{:.3f}", "loss": "{:.4f}", "pct": "{:.1f} %", "f1": "{:.1f}", "f2": "{:.2f}"}
+
+
 def fmt(v: Any, kind: str) -> str:
-    """A summary value as table text ("–" when there is none)."""
+    """A summary value as table text ("–" when there is none; kinds without a format: as it is)."""
     if v is None or (kind != "text" and not is_num(v)):
         return DASH
-    if kind == "int":
-        return f"{int(v):d}"
-    if kind == "s":
-        return f"{v:.3f}"
-    if kind == "loss":
-        return f"{v:.4f}"
-    if kind == "pct":
-        return f"{v * 100:.1f} %"
-    if kind == "f1":
-        return f"{v:.1f}"
-    if kind == "f2":
-        return f"{v:.2f}"
-    return str(v)
+    if kind not in FORMATS:
+        return str(v)
+    return FORMATS[kind].format(int(v) if kind == "int" else v * 100 if kind == "pct" else v)
 
 
 class Col:
@@ -79,16 +73,24 @@ def ratio_text(a: float | None, b: float | None) -> str:
     return f"{a / b:.2f}" if is_num(a) and is_num(b) and b else DASH
 
 
-def _max_port(f: StrategySummary) -> str:
-    if f.max_port_drops is None:
-        return DASH
-    return f"{f.max_port_drops} ({f.max_drop_port})" if f.max_drop_port else f"{f.max_port_drops}"
+def bracketed(v: Any, kind: str, bracket: str | None) -> str:
+    """A value as table text with `bracket` after it in brackets, where both are there: the port with
+    the most drops, the busiest link direction."""
+    text = fmt(v, kind)
+    return f"{text} ({bracket})" if bracket and text != DASH else text
 
 
-def _busiest(f: StrategySummary) -> str:
-    if f.max_link_share is None:
-        return DASH
-    return f"{f.max_link_share * 100:.1f} % ({f.busiest_link or DASH})"
+def bracket_col(
+    header: str, key: str, kind: str, bracket: Callable[[StrategySummary], str | None], bracket_doc: str
+) -> Col:
+    """A column of the field `key` with `bracket` of the strategy in brackets (bracket_doc says what)."""
+    return Col(
+        header,
+        key,
+        kind,
+        text=lambda f: bracketed(getattr(f, key), kind, bracket(f)),
+        doc=DOCS[key] + "; in brackets: " + bracket_doc,
+    )
 
 
 def busiest_utilised(f: StrategySummary) -> str | None:
@@ -99,10 +101,7 @@ def busiest_utilised(f: StrategySummary) -> str | None:
 
 def busiest_util_text(f: StrategySummary) -> str:
     """busiest_link_utilisation as a percentage, the link direction in brackets."""
-    if f.busiest_link_utilisation is None:
-        return DASH
-    link = busiest_utilised(f)
-    return f"{f.busiest_link_utilisation * 100:.1f} %" + (f" ({link})" if link else "")
+    return bracketed(f.busiest_link_utilisation, "pct", busiest_utilised(f))
 
 
 TIMING_COLUMNS = [
@@ -123,26 +122,24 @@ TIMING_COLUMNS = [
 QUEUE_COLUMNS = [
     Col("queue drops, all ports", "queue_drops_total"),
     Col("PS-port drops", "ps_port_drops"),
-    Col(
-        "most drops at one port",
-        "max_port_drops",
-        text=_max_port,
-        doc=DOCS["max_port_drops"] + "; in brackets: " + DOCS["max_drop_port"],
+    bracket_col(
+        "most drops at one port", "max_port_drops", "int", lambda f: f.max_drop_port, DOCS["max_drop_port"]
     ),
     Col("lost in the fabric (pcap)", "fabric_drops_pcap"),
     Col("lost before the PS port (pcap)", "drops_on_path_to_ps_pcap"),
-    Col(
+    bracket_col(
         "busiest link utilisation",
         "busiest_link_utilisation",
-        text=busiest_util_text,
-        doc=DOCS.get("busiest_link_utilisation", "") + "; in brackets: that link direction (the highest of "
-        "link_utilisation: " + DOCS.get("link_utilisation", "") + ")",
+        "pct",
+        busiest_utilised,
+        "that link direction (the highest of link_utilisation: " + DOCS["link_utilisation"] + ")",
     ),
-    Col(
+    bracket_col(
         "busiest link, share of all link bytes",
         "max_link_share",
-        text=_busiest,
-        doc=DOCS["max_link_share"] + "; in brackets: " + DOCS["busiest_link"],
+        "pct",
+        lambda f: f.busiest_link,
+        DOCS["busiest_link"],
     ),
     Col("links under 5 % of the busiest", "links_under_5pct_of_busiest"),
     Col("ECMP imbalance", "ecmp_imbalance", "f2"),
