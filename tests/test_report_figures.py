@@ -43,6 +43,16 @@ def cell(res: dict[str, Any], table: str, row: str, header: str) -> str:
     return t["rows"][row][t["headers"].index(header)]
 
 
+def strategy_figure(
+    any_run: tuple[Path, dict[str, Any]], name: str
+) -> tuple[Path, dict[str, Any], dict[str, Any]]:
+    """The run, its summary's strategies and the data of figure `name`, checked to hold every strategy."""
+    run, res = any_run
+    data = res["figures"][name]
+    assert set(data) == set(strategies_of(run))
+    return run, summary_of(run)["strategies"], data
+
+
 BUILT: dict[str, tuple[Path, dict[str, Any]]] = {}  # one copy and report per run, for the whole module
 
 
@@ -174,10 +184,7 @@ def test_fidelity_table_is_summary_fidelity(any_run: tuple[Path, dict[str, Any]]
 
 
 def test_dequeue_cdf_is_dequeue_json(any_run: tuple[Path, dict[str, Any]]) -> None:
-    run, res = any_run
-    summary = summary_of(run)["strategies"]
-    cdf = res["figures"]["dequeue_cdf"]
-    assert set(cdf) == set(strategies_of(run))
+    run, summary, cdf = strategy_figure(any_run, "dequeue_cdf")
     for n, d in cdf.items():
         doc = read(run, n, "dequeue.json")
         assert d["x"] == doc["cdf_x"] and d["y"] == doc["cdf_y"] and d["port"] == doc["port"]
@@ -190,10 +197,7 @@ def test_cpu_panel_is_cpu_jsonl(any_run: tuple[Path, dict[str, Any]]) -> None:
     """Every sample of the strategy (its start to its end + 1 s), per core and the switch; the
     saturated seconds of the training window (first step's start to last step's end + 1 s, as the
     fidelity check counts them) give the summary's cpu_saturated_share."""
-    run, res = any_run
-    summary = summary_of(run)["strategies"]
-    cpu = res["figures"]["cpu"]
-    assert set(cpu) == set(strategies_of(run))
+    run, summary, cpu = strategy_figure(any_run, "cpu")
     for n, d in cpu.items():
         st = read(run, n, "status.json")
         rows = [r for r in jsonl(run / folder(n) / "cpu.jsonl") if st["t_start"] <= r["t"] <= st["t_end"] + 1]
