@@ -10,7 +10,7 @@ import os
 import shutil
 import signal
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -183,26 +183,47 @@ def test_the_vm_boots_runs_the_experiments_and_leaves_the_host_clean(tmp_path: P
 
 
 # -- hygiene when vm-check does not finish: Ctrl-C while the VM boots, a provisioning that fails ------
+def _cut_short(
+    log_name: str,
+    ready: Callable[[Path], bool],
+    timeout: float,
+    what: str,
+    cut: Callable[[subprocess.Popen[bytes], Path], None],
+    exit_code: int,
+) -> str:
+    """make vm-check, cut short by `cut` once `ready(log)` holds (it must not end before that): it
+    tears down what it made, says it failed with `exit_code` and leaves the host as it found it.
+    Returns its log's text."""
+    require(None if os.geteuid() == 0 else "needs root")
+    before = _daemons()
+    log = ROOT / "tests" / "artifacts" / log_name
+    with _vm_check(log) as check:
+
+        def ready_yet() -> bool:
+            _ended(check)
+            return ready(log)
+
+        wait_for(ready_yet, timeout, what, interval=1)
+        cut(check, log)
+    text = log.read_text()
+    assert "[vm-check] teardown" in text and f"[vm-check] failed (exit {exit_code})" in text, text[-2000:]
+    _assert_host_clean(before)
+    return text
+
+
 @pytest.mark.vm
 @pytest.mark.timeout(3600)
 def test_ctrl_c_while_the_vm_boots_leaves_the_host_clean() -> None:
     """Ctrl-C once the guest's qemu runs (vagrant up still waiting for sshd): exit 130, nothing left."""
-    require(None if os.geteuid() == 0 else "needs root")
-    before = _daemons()
-    log = ROOT / "tests" / "artifacts" / "vm-check-interrupt.log"
-    with _vm_check(log) as check:
 
-        def booting() -> bool:
-            _ended(check)
-            return _guest_running()
-
-        wait_for(booting, 900, "the guest's qemu process", interval=1)
+    def ctrl_c(check: subprocess.Popen[bytes], log: Path) -> None:
         os.killpg(check.pid, signal.SIGINT)
         # make re-raises the Ctrl-C after its child (the script, exit 130) ended: a shell shows 130 for both
         assert check.wait(timeout=600) in (130, -signal.SIGINT), log.read_text()[-2000:]
-    text = log.read_text()
-    assert "[vm-check] teardown" in text and "[vm-check] failed (exit 130)" in text, text[-2000:]
-    _assert_host_clean(before)
+
+    _cut_short(
+        "vm-check-interrupt.log", lambda _: _guest_running(), 900, "the guest's qemu process", ctrl_c, 130
+    )
 
 
 def _ssh_guest(command: str) -> subprocess.CompletedProcess[str]:
@@ -241,20 +262,16 @@ def _ssh_guest(command: str) -> subprocess.CompletedProcess[str]:
 def test_a_failed_provisioning_ends_the_run_and_leaves_the_host_clean() -> None:
     """make deps killed inside the guest mid-provisioning: vm-check says which phase failed, exits 1
     (make: 2), and tears down what it made."""
-    require(None if os.geteuid() == 0 else "needs root")
-    before = _daemons()
-    log = ROOT / "tests" / "artifacts" / "vm-check-failed-provision.log"
-    with _vm_check(log) as check:
 
-        def making_deps() -> bool:
-            _ended(check)
-            return "default: == openvswitch" in log.read_text()  # the guest's make deps has begun
+    def making_deps(log: Path) -> bool:
+        return "default: == openvswitch" in log.read_text()  # the guest's make deps has begun
 
-        wait_for(making_deps, 1800, "make deps running in the guest", interval=1)
+    def kill_deps(check: subprocess.Popen[bytes], log: Path) -> None:
         killed = _ssh_guest("sudo pkill -f 'make [d]eps'")  # [d]: not this shell's own line
         assert killed.returncode == 0, (killed.stdout, killed.stderr)
         assert check.wait(timeout=900) == 2, log.read_text()[-2000:]  # make's "a recipe failed"
-    text = log.read_text()
+
+    text = _cut_short(
+        "vm-check-failed-provision.log", making_deps, 1800, "make deps running in the guest", kill_deps, 1
+    )
     assert "make vm-check: provisioning (make deps, make image) failed" in text, text[-2000:]
-    assert "[vm-check] teardown" in text and "[vm-check] failed (exit 1)" in text, text[-2000:]
-    _assert_host_clean(before)
