@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from analysis.pcapfile import Packets, ip_to_str
+from analysis.pcapfile import Packets, ep_to_str
 
 
 def _segment_keys(p: Packets) -> tuple[np.ndarray, np.ndarray]:
@@ -60,7 +60,7 @@ def fabric_drops(sender: Packets, receiver: Packets) -> dict[str, object]:
         a, b = int(allflows[fid, 0]), int(allflows[fid, 1])
         per_flow.append(
             {
-                "flow": f"{ip_to_str(a >> 16)}:{a & 0xFFFF}-{ip_to_str(b >> 16)}:{b & 0xFFFF}",
+                "flow": f"{ep_to_str(a >> 16, a & 0xFFFF)}-{ep_to_str(b >> 16, b & 0xFFFF)}",
                 "sent": int(n_s[sel].sum()),
                 "received": int(n_r[sel].sum()),
                 "drops": int(miss[sel].sum()),

@@ -1,9 +1,10 @@
-"""Fast reader of classic pcap files into numpy arrays of IPv4/TCP header fields.
+"""Fast reader of pcap and pcapng files into numpy arrays of IPv4/IPv6 TCP header fields.
 
 Why not scapy/dpkt: a Python object per packet costs ~50 us; here one small loop finds the record
 offsets and numpy gathers every field at once, so a million packets take about a second.
 The payload length comes from the IP total length, not the captured length, because captures are
-taken with a small snaplen (e.g. 128 bytes).
+taken with a small snaplen (e.g. 128 bytes). pcapng files are found and read by analysis/pcapng.py
+with the same decoder (_decode), IPv6 addresses are ids (analysis/ipv6.py).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from analysis import ipv6
 from analysis.errors import NoTcpError, PcapError, TruncatedPcapError
 
 # magic as read from the first 4 bytes -> (struct byte order, nanosecond timestamps)
@@ -31,6 +33,7 @@ LINKTYPE_ETHERNET = 1
 LINKTYPE_RAW = 101
 LINKTYPE_LINUX_SLL = 113
 LINKTYPE_IPV4 = 228
+LINKTYPE_IPV6 = 229
 LINKTYPE_LINUX_SLL2 = 276
 SUPPORTED_LINKTYPES = (
     LINKTYPE_NULL,
@@ -38,6 +41,7 @@ SUPPORTED_LINKTYPES = (
     LINKTYPE_RAW,
     LINKTYPE_LINUX_SLL,
     LINKTYPE_IPV4,
+    LINKTYPE_IPV6,
     LINKTYPE_LINUX_SLL2,
 )
 
@@ -59,18 +63,24 @@ _PER_PACKET = (
     "plen",
     "caplen",
     "wirelen",
+    "tcp_at",
+    "tcp_cap",
 )
 _MAX_CAPLEN = 1 << 26  # a record longer than 64 MiB means a corrupt length field
-_WINDOW = 16 + 22 + 60 + 20  # record header + link (2 VLAN tags) + IP with options + TCP to window
+# zero bytes after the file: a header read of a short last record stays in the array (pcapng
+# record header 28 + link 20 + 2 VLAN tags + IP header 60 + TCP to the window 16, and some slack)
+_WINDOW = 256
 
 
 @dataclass(frozen=True)
 class Packets:
-    """IPv4 TCP packets of one capture, one array element per packet, in file order.
+    """IPv4 and IPv6 TCP packets of one capture, one array element per packet, in file order.
 
-    `frame` is the 1-based record number in the file (as Wireshark numbers frames), so results
-    can be cross-checked with tshark. `truncated_at` is the number of the cut record if the file
-    was read with allow_truncated=True and ended inside a record, else None.
+    `frame` is the 1-based record number in the file (as Wireshark numbers frames; in pcapng the
+    packet blocks), so results can be cross-checked with tshark. `truncated_at` is the number of
+    the cut record if the file was read with allow_truncated=True and ended inside a record, else
+    None. For pcapng the file facts are those of the first section and interface; `nanosecond` says
+    whether any timestamp resolution is finer than a microsecond.
     """
 
     path: str
@@ -82,8 +92,8 @@ class Packets:
     truncated_at: int | None
     frame: np.ndarray  # int64, 1-based record number
     ts_ns: np.ndarray  # int64, capture time in ns since the epoch
-    src: np.ndarray  # uint32 IPv4 source address
-    dst: np.ndarray  # uint32
+    src: np.ndarray  # int64 source address: IPv4 as its 32-bit value, IPv6 as an id (ipv6.py)
+    dst: np.ndarray  # int64
     sport: np.ndarray  # uint16
     dport: np.ndarray  # uint16
     seq: np.ndarray  # uint32 (absolute)
@@ -93,6 +103,8 @@ class Packets:
     plen: np.ndarray  # int64 TCP payload length from the IP total length
     caplen: np.ndarray  # int64 captured length of the record
     wirelen: np.ndarray  # int64 original length on the wire
+    tcp_at: np.ndarray  # int64 byte offset of the TCP header in the file (for tcpopts.py)
+    tcp_cap: np.ndarray  # int64 captured bytes from the TCP header on
 
     def __len__(self) -> int:
         return int(self.frame.shape[0])
@@ -108,13 +120,24 @@ class Packets:
 
 
 def ip_to_str(addr: int) -> str:
-    """Dotted quad of an IPv4 address held as an integer."""
+    """Text of an address as Packets holds it: dotted quad for IPv4, compressed IPv6."""
     a = int(addr)
+    if a >= ipv6.V6_BASE:
+        return ipv6.v6_str(a)
     return f"{a >> 24 & 255}.{a >> 16 & 255}.{a >> 8 & 255}.{a & 255}"
 
 
+def ep_to_str(addr: int, port: int) -> str:
+    """ADDR:PORT of an endpoint, the IPv6 address in brackets ([2001:db8::1]:5000)."""
+    a = int(addr)
+    return f"[{ipv6.v6_str(a)}]:{port}" if a >= ipv6.V6_BASE else f"{ip_to_str(a)}:{port}"
+
+
 def str_to_ip(text: str) -> int:
-    """Integer of a dotted-quad IPv4 address; raises AnalysisError-compatible ValueError."""
+    """The integer Packets uses for an address given as text (dotted quad, or IPv6 with or
+    without brackets); raises ValueError if it is not one."""
+    if ":" in text:
+        return ipv6.parse_v6(text)
     parts = text.split(".")
     if len(parts) != 4 or not all(p.isdigit() and 0 <= int(p) <= 255 for p in parts):
         raise ValueError(f"not an IPv4 address: {text!r}")
@@ -282,15 +305,33 @@ def _scan_vectorised(
         i = int(cand.searchsorted(off))
 
 
+@dataclass(frozen=True)
+class Layout:
+    """Where a record's own header fields and its packet data are, from the record's start.
+
+    fields: name -> (dtype in the file, offset); every layout has "wire" (the original length)
+    and all but pcapng's simple packet block have "cap" (the captured length). data: the offset
+    of the link-layer packet bytes.
+    """
+
+    fields: dict[str, tuple[str, int]]
+    data: int
+
+
+def pcap_layout(order: str) -> Layout:
+    """The record layout of classic pcap in the given byte order."""
+    return Layout({k: (order + "u4", 4 * i) for i, k in enumerate(("sec", "frac", "cap", "wire"))}, 16)
+
+
 def read_pcap(
     path: str | os.PathLike[str], *, allow_truncated: bool = False, require_tcp: bool = True
 ) -> Packets:
-    """Read the IPv4 TCP packets of a classic pcap file.
+    """Read the IPv4 and IPv6 TCP packets of a pcap or pcapng file (told apart by the magic).
 
-    Raises PcapError (one-line message) for a missing/empty/non-pcap file or an unsupported link
-    type; TruncatedPcapError if the file ends inside a record (unless allow_truncated, then the
-    complete records are returned and `truncated_at` says where it was cut); NoTcpError if
-    require_tcp and no IPv4 TCP packet is present.
+    Raises PcapError (one-line message) for a missing/empty/unreadable/malformed file or an
+    unsupported link type; TruncatedPcapError if the file ends inside a record (unless
+    allow_truncated, then the complete records are returned and `truncated_at` says where it was
+    cut); NoTcpError if require_tcp and no TCP packet is present.
     """
     spath = os.fspath(path)
     buf, size = _read_padded(spath)
@@ -298,25 +339,46 @@ def read_pcap(
         raise PcapError(f"empty file: {spath}")
     magic = buf[:4].tobytes()
     if magic == _PCAPNG_MAGIC:
-        raise PcapError(f"pcapng is not supported, convert it with 'editcap -F pcap IN OUT': {spath}")
-    if magic not in _MAGICS:
-        raise PcapError(f"not a pcap file (magic 0x{magic.hex()}): {spath}")
+        from analysis.pcapng import read_pcapng  # it builds on this module
+
+        packets = read_pcapng(spath, buf, size, allow_truncated=allow_truncated)
+    elif magic in _MAGICS:
+        packets = _read_classic(spath, buf, size, magic, allow_truncated)
+    else:
+        raise PcapError(f"not a pcap or pcapng file (magic 0x{magic.hex()}): {spath}")
+    if require_tcp and len(packets) == 0:
+        raise NoTcpError(
+            f"no IPv4 or IPv6 TCP packets in {spath} "
+            f"({packets.records} records, link type {packets.linktype})"
+        )
+    return packets
+
+
+def unsupported_linktype(linktype: int, spath: str) -> PcapError:
+    """The one-line error for a link type the decoder does not read."""
+    return PcapError(
+        f"unsupported link type {linktype} (want Ethernet, Linux cooked SLL/SLL2 or raw IP): {spath}"
+    )
+
+
+def _read_classic(spath: str, buf: np.ndarray, size: int, magic: bytes, allow_truncated: bool) -> Packets:
+    """read_pcap of a classic pcap file (magic already checked)."""
     order, nano = _MAGICS[magic]
     if size < 24:
         raise PcapError(f"truncated pcap: file header cut after {size} of 24 bytes: {spath}")
     _vmaj, _vmin, _zone, _sig, snaplen, network = struct.unpack_from(order + "HHiIII", buf, 4)
     linktype = network & 0x03FFFFFF
     if linktype not in SUPPORTED_LINKTYPES:
-        raise PcapError(
-            f"unsupported link type {linktype} (want Ethernet, Linux cooked SLL/SLL2 or raw IPv4): {spath}"
-        )
+        raise unsupported_linktype(linktype, spath)
 
     offs, cut, why = _scan_offsets(buf, size, order, nano)
     if cut is not None and not allow_truncated:
         raise TruncatedPcapError(f"truncated pcap: {why} at record {cut}: {spath}", cut)
 
-    pk = _decode(buf, offs, order, nano, linktype)
-    packets = Packets(
+    f = _decode(buf, offs, pcap_layout(order), linktype)
+    ts_ns = f.pop("sec") * 1_000_000_000
+    ts_ns += f.pop("frac") * (1 if nano else 1000)
+    return Packets(
         path=spath,
         linktype=linktype,
         nanosecond=nano,
@@ -324,11 +386,10 @@ def read_pcap(
         snaplen=snaplen,
         records=len(offs),
         truncated_at=cut,
-        **pk,
+        frame=f.pop("idx") + 1,
+        ts_ns=ts_ns,
+        **f,
     )
-    if require_tcp and len(packets) == 0:
-        raise NoTcpError(f"no IPv4 TCP packets in {spath} ({len(offs)} records, link type {linktype})")
-    return packets
 
 
 def _words(buf: np.ndarray, dtype: str) -> np.ndarray:
@@ -337,16 +398,20 @@ def _words(buf: np.ndarray, dtype: str) -> np.ndarray:
     return np.ndarray((buf.shape[0] - size + 1,), dtype=dtype, buffer=buf, offset=0, strides=(1,))
 
 
-# Header fields by (dtype in the file, offset from the IP header, native dtype); the record header
-# ones (offset from the record start) are added per file byte order. TCP ones are relative to the
-# TCP header.
+# Header fields by (dtype in the file, offset from the IP header, native dtype). TCP ones are
+# relative to the TCP header.
 _IP_FIELDS = {
     "vihl": ("u1", 0, np.uint8),
     "total": (">u2", 2, np.int64),
     "frag": (">u2", 6, np.uint16),
     "proto": ("u1", 9, np.uint8),
-    "src": (">u4", 12, np.uint32),
-    "dst": (">u4", 16, np.uint32),
+    "src": (">u4", 12, np.int64),
+    "dst": (">u4", 16, np.int64),
+}
+_IP6_FIELDS = {
+    "paylen": (">u2", 4, np.int64),
+    "src6": ("V16", 8, np.dtype("V16")),
+    "dst6": ("V16", 24, np.dtype("V16")),
 }
 _TCP_FIELDS = {
     "sport": (">u2", 0, np.uint16),
@@ -357,7 +422,7 @@ _TCP_FIELDS = {
     "fl": ("u1", 13, np.uint8),
     "win": (">u2", 14, np.uint16),
 }
-# link layer: offset of the IP header in the link data, and the field that says "IPv4"
+# link layer: offset of the IP header in the link data, and the field that names the protocol
 _LINK: dict[int, tuple[int, tuple[str, int] | None]] = {
     LINKTYPE_ETHERNET: (14, (">u2", 12)),
     LINKTYPE_LINUX_SLL: (16, (">u2", 14)),
@@ -365,37 +430,43 @@ _LINK: dict[int, tuple[int, tuple[str, int] | None]] = {
     LINKTYPE_NULL: (4, ("<u4", 0)),
     LINKTYPE_RAW: (0, None),
     LINKTYPE_IPV4: (0, None),
+    LINKTYPE_IPV6: (0, None),
 }
+ETH_IPV4, ETH_IPV6 = 0x0800, 0x86DD
+_VLAN_TPIDS = (0x8100, 0x88A8)
+# BSD loopback address families of IPv6 (Linux, NetBSD/OpenBSD, FreeBSD, macOS), either byte order
+_AF_INET6 = np.array([10, 24, 28, 30, 10 << 24, 24 << 24, 28 << 24, 30 << 24], dtype=np.int64)
 _CHUNK = 16384  # records per gather: the copied headers stay in the CPU cache while cut into fields
+
+_Spec = dict[str, tuple[str, int, "np.dtype | type"]]
+
+
+def _spec(lay: Layout, linktype: int, l3: int, ihl: int) -> _Spec:
+    """The fields to gather of records with the IPv4 header `l3` bytes and the TCP header
+    `l3 + ihl` bytes after the record start."""
+    fields: _Spec = {k: (f, o, np.int64) for k, (f, o) in lay.fields.items()}
+    link = _LINK[linktype][1]
+    if link is not None:
+        fields["link"] = (link[0], lay.data + link[1], np.int64)
+    fields.update({k: (f, l3 + o, t) for k, (f, o, t) in _IP_FIELDS.items()})
+    fields.update({k: (f, l3 + ihl + o, t) for k, (f, o, t) in _TCP_FIELDS.items()})
+    return fields
 
 
 def _gather(
     buf: np.ndarray,
     offs: np.ndarray,
-    order: str,
-    linktype: int,
-    l3: int,
-    ihl: int,
+    fields: _Spec,
     out: dict[str, np.ndarray] | None = None,
     at: np.ndarray | None = None,
 ) -> dict[str, np.ndarray]:
-    """Header fields of the records at `offs`, all laid out with the IP header `l3` bytes and the
-    TCP header `l3 + ihl` bytes after the record start (bytes past a record's end are junk).
+    """The `fields` of the records at `offs` (bytes past a record's end are junk).
 
     Each chunk of records is copied with one fancy-index gather of fixed-size byte strings out of
     an overlapping view (element i: the bytes from i on) and cut into fields by a structured view.
     Into new arrays, or into `out` at the positions `at`.
     """
-    fields = {
-        k: (order + "u4", 4 * i, np.uint32 if i < 2 else np.int64)
-        for i, k in enumerate(("sec", "frac", "cap", "wire"))
-    }
-    link = _LINK[linktype][1]
-    if link is not None:
-        fields["link"] = (link[0], 16 + link[1], np.uint32)
-    fields.update({k: (f, l3 + o, t) for k, (f, o, t) in _IP_FIELDS.items()})
-    fields.update({k: (f, l3 + ihl + o, t) for k, (f, o, t) in _TCP_FIELDS.items()})
-    size = l3 + ihl + 16
+    size = max(o + np.dtype(f).itemsize for f, o, _ in fields.values())
     dt = np.dtype(
         {
             "names": list(fields),
@@ -416,105 +487,150 @@ def _gather(
     return out
 
 
-def _decode(
-    buf: np.ndarray, offs: np.ndarray, order: str, nano: bool, linktype: int
-) -> dict[str, np.ndarray]:
-    """All header fields of the IPv4 TCP records starting at `offs` (vectorised, see _gather).
+def _ethertype(linktype: int, f: dict[str, np.ndarray]) -> np.ndarray:
+    """Per record, the Ethernet type of what the link layer carries (ETH_IPV4, ETH_IPV6, a VLAN
+    tag on Ethernet, or anything else for the rest)."""
+    if linktype in (LINKTYPE_ETHERNET, LINKTYPE_LINUX_SLL, LINKTYPE_LINUX_SLL2):
+        return f["link"].copy()
+    n = f["vihl"].shape[0]
+    if linktype == LINKTYPE_NULL:  # 4-byte address family in the writer's byte order, AF_INET = 2
+        af = f["link"]
+        v4 = (af == 2) | (af == 0x02000000)
+        return np.where(v4, ETH_IPV4, np.where(np.isin(af, _AF_INET6), ETH_IPV6, 0))
+    if linktype == LINKTYPE_IPV4:
+        return np.full(n, ETH_IPV4, dtype=np.int64)
+    if linktype == LINKTYPE_IPV6:
+        return np.full(n, ETH_IPV6, dtype=np.int64)
+    ver = f["vihl"] >> 4  # raw IP: the version nibble says which
+    return np.where(ver == 4, ETH_IPV4, np.where(ver == 6, ETH_IPV6, 0))
 
-    Every record is first read with the usual layout (no VLAN tag, 20-byte IP header); the few
-    that have another are read again, grouped by their layout. buf's zero padding keeps the reads
-    of short records in bounds.
+
+def _decode(
+    buf: np.ndarray, offs: np.ndarray, lay: Layout, linktype: int, cap: np.ndarray | None = None
+) -> dict[str, np.ndarray]:
+    """All header fields of the TCP records among those starting at `offs` (vectorised, see _gather).
+
+    Returns the Packets per-packet arrays but frame and ts_ns, plus "idx" (which of offs they
+    are) and the layout's own fields but cap and wire. `cap`: the captured lengths when the
+    layout has none. Every record is first read with the usual layout (no VLAN tag, 20-byte IPv4
+    header); the few that have another are read again, grouped by their layout; IPv6 records are
+    read again by _decode_v6. buf's zero padding keeps the reads of short records in bounds.
     """
-    base = 16 + _LINK[linktype][0]
-    f = _gather(buf, offs, order, linktype, base, 20)
+    base = lay.data + _LINK[linktype][0]
+    f = _gather(buf, offs, _spec(lay, linktype, base, 20))
+    if cap is not None:
+        f["cap"] = cap
     n = offs.shape[0]
     l3 = np.full(n, base, dtype=np.int64)  # IP header offset from the record start
-    vlan = None
-    if linktype == LINKTYPE_ETHERNET:
-        vlan = (f["link"] == 0x8100) | (f["link"] == 0x88A8)
-        is_ip = f["link"] == 0x0800
-    elif linktype in (LINKTYPE_LINUX_SLL, LINKTYPE_LINUX_SLL2):
-        is_ip = f["link"] == 0x0800
-    elif linktype == LINKTYPE_NULL:  # 4-byte address family in the writer's byte order, AF_INET = 2
-        is_ip = (f["link"] == 2) | (f["link"] == 0x02000000)
-    else:  # raw IP
-        is_ip = np.ones(n, dtype=bool)
+    et = _ethertype(linktype, f)
     vihl = f["vihl"]
-    other = is_ip & (vihl > 0x45) & (vihl < 0x50)  # IPv4 with options: the TCP header is further
-    if vlan is not None:
-        other |= vlan
+    other = (et == ETH_IPV4) & (vihl > 0x45) & (vihl < 0x50)  # IP options: the TCP header is further
+    if linktype == LINKTYPE_ETHERNET:
+        other |= np.isin(et, _VLAN_TPIDS)
     redo = np.flatnonzero(other)
     if redo.size:
-        _regather(buf, offs, order, linktype, redo, f, l3, is_ip)
+        _regather(buf, offs, lay, linktype, redo, f, l3, et)
         vihl = f["vihl"]
     ihl = (vihl & 15).astype(np.int64) * 4
+    end = lay.data + f["cap"]  # end of the captured bytes, from the record start
     ok = (
-        is_ip
+        (et == ETH_IPV4)
         & ((vihl >> 4) == 4)
         & (ihl >= 20)
         & (f["proto"] == 6)
         & ((f["frag"] & 0x1FFF) == 0)
-        & (l3 + ihl <= f["cap"])
+        & (l3 + ihl + 16 <= end)
     )  # the TCP header up to the window field is captured
+    six = np.flatnonzero(et == ETH_IPV6)
+    if six.size:
+        ok[six] = _decode_v6(buf, offs, lay, six, f, l3, ihl, end)
     idx = np.flatnonzero(ok)
     if idx.shape[0] != n:
         f = {k: v[idx] for k, v in f.items()}
-        ihl, l3 = ihl[idx], l3[idx]
-    total, wire, toff = f["total"], f["wire"], f["toff"]
+        ihl, l3, end = ihl[idx], l3[idx], end[idx]
+    total, wire, toff = f.pop("total"), f.pop("wire"), f.pop("toff")
     # TSO/GSO captures carry IP total length 0: fall back to the wire length
-    iplen = np.where(total == 0, wire - (l3 - 16), total)
+    iplen = np.where(total == 0, wire - (l3 - lay.data), total)
     plen = np.maximum(iplen - ihl - ((toff >> 4).astype(np.int64) * 4), 0)
-    ts_ns = f["sec"].astype(np.int64) * 1_000_000_000
-    ts_ns += f["frac"].astype(np.int64) * (1 if nano else 1000)
     flags = (toff & 1).astype(np.uint16) << 8
-    flags |= f["fl"]
-    return {
-        "frame": idx + 1,
-        "ts_ns": ts_ns,
-        "src": f["src"],
-        "dst": f["dst"],
-        "sport": f["sport"],
-        "dport": f["dport"],
-        "seq": f["seq"],
-        "ack": f["ack"],
-        "flags": flags,
-        "win": f["win"],
-        "plen": plen,
-        "caplen": f["cap"],
-        "wirelen": wire,
-    }
+    flags |= f.pop("fl")
+    for k in ("link", "vihl", "frag", "proto"):
+        f.pop(k, None)
+    tcp = l3 + ihl
+    f.update(
+        idx=idx,
+        flags=flags,
+        plen=plen,
+        caplen=f.pop("cap"),
+        wirelen=wire,
+        tcp_at=offs[idx] + tcp,
+        tcp_cap=end - tcp,
+    )
+    return f
+
+
+def _decode_v6(
+    buf: np.ndarray,
+    offs: np.ndarray,
+    lay: Layout,
+    six: np.ndarray,
+    f: dict[str, np.ndarray],
+    l3: np.ndarray,
+    ihl: np.ndarray,
+    end: np.ndarray,
+) -> np.ndarray:
+    """Read the IPv6 records `six` (indices into offs) into f and ihl (the bytes from the IPv6
+    header to TCP, extension headers included) in place; returns which of them are TCP whose
+    header is captured up to the window field. Addresses become ids (ipv6.intern); "total" is
+    the IPv4-style total length (payload length + 40, 0 when the payload length is 0)."""
+    o, a = offs[six], l3[six]
+    pos, ok = ipv6.tcp_offset(buf, o, a, end[six])
+    ihl[six] = pos - a
+    key = a * (1 << 24) + (pos - a)
+    for k in np.unique(key[ok]).tolist():
+        sel = np.flatnonzero(ok & (key == k))
+        at, hl = k >> 24, k & ((1 << 24) - 1)
+        fields: _Spec = {n: (fm, at + off, t) for n, (fm, off, t) in _IP6_FIELDS.items()}
+        fields.update({n: (fm, at + hl + off, t) for n, (fm, off, t) in _TCP_FIELDS.items()})
+        g = _gather(buf, o[sel], fields)
+        dest = six[sel]
+        f["src"][dest] = ipv6.intern(g.pop("src6"))
+        f["dst"][dest] = ipv6.intern(g.pop("dst6"))
+        paylen = g.pop("paylen")
+        f["total"][dest] = np.where(paylen == 0, 0, paylen + 40)
+        for name, v in g.items():
+            f[name][dest] = v
+    return ok
 
 
 def _regather(
     buf: np.ndarray,
     offs: np.ndarray,
-    order: str,
+    lay: Layout,
     linktype: int,
     redo: np.ndarray,
     f: dict[str, np.ndarray],
     l3: np.ndarray,
-    is_ip: np.ndarray,
+    et: np.ndarray,
 ) -> None:
     """Read the records `redo` (indices into offs) again with their own layout: up to two VLAN
-    tags (802.1Q / 802.1ad) and IP options. Updates f, l3 and is_ip in place."""
+    tags (802.1Q / 802.1ad) and IPv4 options. Updates f, l3 and et in place (et of a record that
+    is not IPv4 after all becomes -1; IPv6 behind tags is left to _decode_v6)."""
     v16 = _words(buf, ">u2")
     o = offs[redo]
-    pos = np.full(redo.shape[0], 16 + _LINK[linktype][0], dtype=np.int64)
+    pos = l3[redo].copy()
+    e = et[redo]
     if linktype == LINKTYPE_ETHERNET:
-        et = f["link"][redo]
         for _ in range(2):
-            tagged = (et == 0x8100) | (et == 0x88A8)
-            et = np.where(tagged, v16[o + pos + 2], et)
+            tagged = np.isin(e, _VLAN_TPIDS)
+            e = np.where(tagged, v16[o + pos + 2], e)
             pos = np.where(tagged, pos + 4, pos)
-        ip = et == 0x0800
-    else:
-        ip = np.ones(redo.shape[0], dtype=bool)
     vihl = buf[o + pos]
     ihl = (vihl & 15).astype(np.int64) * 4
-    ip &= ((vihl >> 4) == 4) & (ihl >= 20)  # else it is not decoded as IPv4 TCP anyway
-    is_ip[redo] = ip
+    ip = (e == ETH_IPV4) & ((vihl >> 4) == 4) & (ihl >= 20)  # else it is not decoded as IPv4 TCP anyway
+    et[redo] = np.where((e == ETH_IPV4) & ~ip, -1, e)
     l3[redo] = pos
     key = pos * 64 + ihl
     for k in np.unique(key[ip]).tolist():
         sel = np.flatnonzero(ip & (key == k))
-        _gather(buf, o[sel], order, linktype, k // 64, k % 64, out=f, at=redo[sel])
+        _gather(buf, o[sel], _spec(lay, linktype, k // 64, k % 64), out=f, at=redo[sel])

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from analysis.pcapfile import ACK, FIN, SYN, Packets, ip_to_str
+from analysis.pcapfile import ACK, FIN, SYN, Packets, ep_to_str
 
 NO_ACK = np.int64(-(1 << 62))  # ack_rel of a packet without the ACK flag (or without a reverse direction)
 
@@ -40,7 +40,7 @@ class Directions:
     def name(self, d: int) -> str:
         """'a.b.c.d:port-e.f.g.h:port' of direction d."""
         src, sport, dst, dport = self.keys[d]
-        return f"{ip_to_str(src)}:{sport}-{ip_to_str(dst)}:{dport}"
+        return f"{ep_to_str(src, sport)}-{ep_to_str(dst, dport)}"
 
 
 def stable_order(ids: np.ndarray) -> np.ndarray:

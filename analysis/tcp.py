@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from analysis import wireshark_seq as ws
-from analysis.pcapfile import ACK, FIN, RST, SYN, Packets, ip_to_str
+from analysis.pcapfile import ACK, FIN, RST, SYN, Packets, ep_to_str, ip_to_str
 
 DUPACK_EVIDENCE = 2  # dup ACKs in the receiver's current run that make a retransmission "fast"
 _BIG = np.int64(1 << 42)
@@ -94,7 +94,7 @@ class TcpAnalysis:
         for fid, (src, sport, dst, dport) in enumerate(self.flows):
             sel = order[starts[fid] : starts[fid + 1]]
             row: dict[str, object] = {
-                "flow": f"{ip_to_str(src)}:{sport}-{ip_to_str(dst)}:{dport}",
+                "flow": f"{ep_to_str(src, sport)}-{ep_to_str(dst, dport)}",
                 "src": ip_to_str(src),
                 "sport": sport,
                 "dst": ip_to_str(dst),

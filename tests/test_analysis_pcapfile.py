@@ -113,7 +113,7 @@ def test_missing_empty_notpcap(tmp_path: Path, capsys: pytest.CaptureFixture[str
     (tmp_path / "t.txt").write_text("hello world, not a capture\n")
     assert "not a pcap" in _errline(capsys, [str(tmp_path / "t.txt")])
     (tmp_path / "n.pcapng").write_bytes(b"\x0a\x0d\x0d\x0a" + b"\x00" * 40)
-    assert "pcapng is not supported" in _errline(capsys, [str(tmp_path / "n.pcapng")])
+    assert "corrupt pcapng: section header" in _errline(capsys, [str(tmp_path / "n.pcapng")])
     with pytest.raises(PcapError):
         read_pcap(tmp_path / "t.txt")
 
