@@ -22,8 +22,8 @@ _TEXT_KEYS = (
     "segments",
     "bytes",
     "retransmits",
-    "fast_retransmits",
-    "timeout_retransmits",
+    "retransmits_with_dup_acks",
+    "retransmits_without_dup_acks",
     "wireshark_fast_retransmits",
     "spurious_retransmits",
     "dup_acks",
@@ -37,6 +37,14 @@ _TEXT_KEYS = (
     "flows",
     "connections",
 )
+# tcp.py's keys -> names that say what they count: retransmissions sent while the receiver was (or
+# was not) repeating an ACK (>= 2 dup ACKs, or tshark's fast retransmission), whatever caused those
+# without: a timer, RACK, a go-back-N after either. Timeouts are rto_events' `timeouts`; tshark's
+# own fast retransmissions are `wireshark_fast_retransmits`.
+_RENAMED = {
+    "fast_retransmits": "retransmits_with_dup_acks",
+    "timeout_retransmits": "retransmits_without_dup_acks",
+}
 _FLOW_KEYS = (
     "segments",
     "retransmits",
@@ -53,7 +61,8 @@ def analyze_counts(
 ) -> dict[str, object]:
     """The counts `incastlab analyze` prints for one file.
 
-    tcp.TcpAnalysis.summary() (segment counts, Wireshark-style classification) plus: file,
+    tcp.TcpAnalysis.summary() (segment counts, Wireshark-style classification; its split of the
+    retransmissions named for what it counts, _RENAMED) plus: file,
     truncated_at, records (all records of the file, TCP or not); timeouts, loss_probes, stall_s
     (rto.rto_events: timeout *events*, meaningful on a sender's capture) and timeouts_by_sender
     ({sender IP: {"timeouts", "loss_probes", "stall_s"}}); delivered_bytes (goodput.delivered_bytes:
@@ -66,7 +75,7 @@ def analyze_counts(
     rt = rto_events(pk, tsval=read_options(pk).tsval, rto_min_s=rto_min_s)
     dl = delivered_bytes(pk)
     res: dict[str, object] = {"file": path, "truncated_at": pk.truncated_at, "records": pk.records}
-    res.update(an.summary())
+    res.update(_renamed(an.summary()))
     res.update(
         timeouts=rt.timeouts,
         loss_probes=rt.loss_probes,
@@ -78,7 +87,7 @@ def analyze_counts(
     if per_flow:
         to = {f.flow: f for f in rt.flows}
         got = {f.flow: f.bytes for f in dl.flows}
-        rows = an.per_flow()
+        rows = [_renamed(row) for row in an.per_flow()]
         for row in rows:
             f = to.get(str(row["flow"]))
             row.update(
@@ -91,6 +100,11 @@ def analyze_counts(
     return res
 
 
+def _renamed(counts: dict[str, object]) -> dict[str, object]:
+    """counts with tcp.py's keys renamed to what they count (_RENAMED), in the same order."""
+    return {_RENAMED.get(k, k): v for k, v in counts.items()}
+
+
 def _print_text(res: dict[str, object]) -> None:
     head = str(res["file"])
     if res["truncated_at"]:
@@ -99,21 +113,21 @@ def _print_text(res: dict[str, object]) -> None:
         head += f" (no IPv4 TCP packets in {res['records']} records)"
     print(head)
     for k in _TEXT_KEYS:
-        print(f"  {k:<27} {res[k]}")
+        print(f"  {k:<28} {res[k]}")
     by = res.get("timeouts_by_sender") or {}
     if by:
         print(
-            f"  {'timeouts by sender':<27} " + " ".join(f"{ip}={row['timeouts']}" for ip, row in by.items())
+            f"  {'timeouts by sender':<28} " + " ".join(f"{ip}={row['timeouts']}" for ip, row in by.items())
         )  # type: ignore[union-attr,index]
     for row in res.get("per_flow", []):  # type: ignore[union-attr]
         print(f"  {row['flow']}: " + " ".join(f"{k}={row[k]}" for k in _FLOW_KEYS))
 
 
 ANALYZE_HELP = (
-    "TCP counts of pcap files: segments, retransmissions (fast / timeout, as Wireshark "
-    "classifies them), dup ACKs, out-of-order, zero windows, timeout events and tail loss probes "
-    "(count them on the sender's capture), delivered bytes (unique payload bytes; count them on "
-    "the receiver's capture)."
+    "TCP counts of pcap files: segments, retransmissions (all, and tshark's fast and spurious ones; "
+    "split by whether the receiver was repeating an ACK), dup ACKs, out-of-order, zero windows, "
+    "timeout events and tail loss probes (count them on the sender's capture), delivered bytes "
+    "(unique payload bytes; count them on the receiver's capture)."
 )
 INSPECT_HELP = (
     "the packets of one TCP connection (both directions), each labelled (retransmission, "
