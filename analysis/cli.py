@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 
 from analysis.errors import AnalysisError
@@ -134,6 +135,35 @@ INSPECT_HELP = (
     "dup ACK, timeout, ...); sequence numbers and windows as tshark shows them"
 )
 
+RTO_MIN_MS = RTO_MIN_S * 1000
+
+
+def _add_rto_min_ms(ap: argparse.ArgumentParser, what: str) -> None:
+    """--rto-min-ms: the minimum RTO the timer rules assume, in ms as every other flag gives it."""
+    ap.add_argument(
+        "--rto-min-ms",
+        type=float,
+        default=None,
+        metavar="MS",
+        help=f"the senders' minimum RTO in ms, as the runs' rto_min_ms, for {what} (default: {RTO_MIN_MS:g})",
+    )
+
+
+def _rto_min_s(a: argparse.Namespace) -> float:
+    """The --rto-min-ms given (or the deprecated --rto-min in seconds, with a one-line note), in s."""
+    old = getattr(a, "rto_min", None)
+    if old is not None and a.rto_min_ms is not None:
+        raise AnalysisError("--rto-min (seconds) and --rto-min-ms given: use only --rto-min-ms")
+    ms = old * 1000 if old is not None else RTO_MIN_MS if a.rto_min_ms is None else a.rto_min_ms
+    if not 0 < ms < math.inf:
+        raise AnalysisError(f"{'--rto-min' if old is not None else '--rto-min-ms'} must be > 0 and finite")
+    if old is not None:
+        print(
+            f"incastlab {a.command}: --rto-min is deprecated (seconds); use --rto-min-ms {ms:g}",
+            file=sys.stderr,
+        )
+    return ms / 1000
+
 
 def add_analyze_arguments(ap: argparse.ArgumentParser) -> None:
     """The options of `incastlab analyze` (the command line's tree adds the subcommand)."""
@@ -151,25 +181,25 @@ def add_analyze_arguments(ap: argparse.ArgumentParser) -> None:
         action="store_true",
         help="count what precedes a cut record (default: a cut file is an error)",
     )
+    _add_rto_min_ms(ap, "the timeout count")
     ap.add_argument(
         "--rto-min",
         type=float,
-        default=RTO_MIN_S,
+        default=None,
         metavar="S",
-        help=f"the senders' minimum RTO in seconds, for the timeout count (default: {RTO_MIN_S})",
+        help=f"deprecated: use --rto-min-ms; the same in seconds (default: {RTO_MIN_S})",
     )
 
 
 def run_analyze(a: argparse.Namespace) -> int:
     """`incastlab analyze`: counts per file; exit 2 if a file could not be read."""
-    if a.rto_min <= 0:
-        raise AnalysisError("--rto-min must be > 0")
+    rto_min_s = _rto_min_s(a)
     failed = 0
     try:
         for path in a.pcap:
             try:
                 res = analyze_counts(
-                    path, allow_truncated=a.allow_truncated, per_flow=a.per_flow, rto_min_s=a.rto_min
+                    path, allow_truncated=a.allow_truncated, per_flow=a.per_flow, rto_min_s=rto_min_s
                 )
             except AnalysisError as exc:
                 if len(a.pcap) == 1:

@@ -1,5 +1,5 @@
 """`incastlab analyze` (analysis/cli.py) on real captures from tests/data: its counts are named for
-what they count and add up to tshark's."""
+what they count and add up to tshark's, and the minimum RTO is given in ms like every other flag."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import pytest
 from incastlab.cli import main as cli_main
 from tests.tshark import tshark_count
 
+POINT = Path(__file__).resolve().parent / "data" / "incast-small" / "rto_min_ms-1" / "n04"
 RUN_H2 = Path(__file__).resolve().parent / "data" / "run-small" / "ps" / "pcap" / "h2.pcap"
 
 
@@ -35,3 +36,29 @@ def test_the_retransmission_split_is_named_for_what_it_counts(capsys: pytest.Cap
     assert cli_main(["analyze", str(RUN_H2)]) == 0
     text = capsys.readouterr().out
     assert "retransmits_without_dup_acks" in text and "timeout_retransmits" not in text
+
+
+def test_rto_min_in_ms(capsys: pytest.CaptureFixture[str]) -> None:
+    """--rto-min-ms 1 on a sender that ran with rto_min_ms=1 counts its kernel's TcpExtTCPTimeouts
+    (hosts.json); the default (200 ms) counts none of those short waits; the old --rto-min (seconds)
+    gives the same figures with a one-line note to use --rto-min-ms."""
+    f = str(POINT / "pcap" / "h5.pcap")
+    kernel = json.loads((POINT / "hosts.json").read_text())["h5"]["kernel"]["TcpExtTCPTimeouts"]
+    ms, err = _analyze(capsys, f, "--rto-min-ms", "1")
+    assert ms["timeouts"] == kernel > 0 and err == ""
+    default, _err = _analyze(capsys, f)
+    assert default["timeouts"] == 0
+    old, err = _analyze(capsys, f, "--rto-min", "0.001")
+    assert old == ms
+    assert err.count("\n") == 1 and "use --rto-min-ms 1" in err
+    for argv, msg in (
+        (["--rto-min-ms", "0"], "--rto-min-ms must be > 0"),
+        (["--rto-min-ms", "inf"], "--rto-min-ms must be > 0 and finite"),
+        (["--rto-min", "nan"], "--rto-min must be > 0 and finite"),
+        (["--rto-min-ms", "1", "--rto-min", "0.001"], "use only --rto-min-ms"),
+    ):
+        assert cli_main(["analyze", f, *argv]) == 2
+        err = capsys.readouterr().err
+        assert msg in err and err.count("\n") == 1
+    assert cli_main(["analyze", "--help"]) == 0
+    assert "(default: 200)" in capsys.readouterr().out
