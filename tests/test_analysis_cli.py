@@ -40,7 +40,8 @@ def test_the_retransmission_split_is_named_for_what_it_counts(capsys: pytest.Cap
 
 def test_rto_min_in_ms(capsys: pytest.CaptureFixture[str]) -> None:
     """--rto-min-ms 1 on a sender that ran with rto_min_ms=1 counts its kernel's TcpExtTCPTimeouts
-    (hosts.json); the default (200 ms) counts none of those short waits; the old --rto-min (seconds)
+    (hosts.json); the default (200 ms) counts none of those short waits, and on the same sender
+    running with 200 ms counts its kernel's timeouts; the old --rto-min (seconds)
     gives the same figures with a one-line note to use --rto-min-ms."""
     f = str(POINT / "pcap" / "h5.pcap")
     kernel = json.loads((POINT / "hosts.json").read_text())["h5"]["kernel"]["TcpExtTCPTimeouts"]
@@ -48,6 +49,10 @@ def test_rto_min_in_ms(capsys: pytest.CaptureFixture[str]) -> None:
     assert ms["timeouts"] == kernel > 0 and err == ""
     default, _err = _analyze(capsys, f)
     assert default["timeouts"] == 0
+    base = POINT.parent.parent / "base" / "n04"  # the same sender at the kernel's 200 ms
+    kernel = json.loads((base / "hosts.json").read_text())["h5"]["kernel"]["TcpExtTCPTimeouts"]
+    default, _err = _analyze(capsys, str(base / "pcap" / "h5.pcap"))
+    assert default["timeouts"] == kernel > 0
     old, err = _analyze(capsys, f, "--rto-min", "0.001")
     assert old == ms
     assert err.count("\n") == 1 and "use --rto-min-ms 1" in err
