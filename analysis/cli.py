@@ -16,6 +16,7 @@ from analysis.pcapfile import read_pcap
 from analysis.rto import RTO_MIN_S, rto_events
 from analysis.tcp import analyze
 from analysis.tcpopts import read_options
+from report.console import Col, Table
 
 _TEXT_KEYS = (
     "records",
@@ -131,10 +132,12 @@ ANALYZE_HELP = (
     "(unique payload bytes; count them on the receiver's capture)."
 )
 INSPECT_HELP = (
-    "the packets of one TCP connection (both directions), each labelled (retransmission, "
-    "dup ACK, timeout, ...); sequence numbers and windows as tshark shows them"
+    "without --flow: the file's TCP connections, busiest first (packets, bytes, retransmissions, "
+    "timeouts), like tshark -z conv,tcp; with --flow: the packets of one connection (both "
+    "directions), each labelled in tshark's words (retransmission, fast retransmission, dup ACK, "
+    "...) plus the timer events (RTO timeout, tail loss probe) found with --rto-min-ms; sequence "
+    "numbers and windows as tshark shows them"
 )
-
 RTO_MIN_MS = RTO_MIN_S * 1000
 
 
@@ -223,9 +226,15 @@ def add_inspect_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("pcap", help="a classic pcap file")
     ap.add_argument(
         "--flow",
-        required=True,
+        default=None,
         metavar="SRC:PORT-DST:PORT",
-        help="the connection (required; either direction)",
+        help="the connection to show (either direction; default: list the file's connections)",
+    )
+    ap.add_argument(
+        "--json",
+        action="store_true",
+        help="print the connection list (schema incastlab.table/1) or the packets as one JSON "
+        "document on stdout (default: text)",
     )
     ap.add_argument(
         "--around",
@@ -251,15 +260,45 @@ def add_inspect_arguments(ap: argparse.ArgumentParser) -> None:
         action="store_true",
         help="show what precedes a cut record (default: a cut file is an error)",
     )
+    _add_rto_min_ms(ap, "the timer labels and counts")
+
+
+def connections_table(path: str, rows: list[dict[str, object]], records: int, rto_min_s: float) -> Table:
+    """The connection list of `inspect FILE` (inspect.list_connections' rows) as the project's
+    terminal table: what each column counts in the footer."""
+    cols = [
+        Col("connection", "A:port-B:port", "connection", align="<"),
+        Col("packets", "pkts", "packets", "{:d}"),
+        Col("bytes", "frames", "bytes", "{:d}"),
+        Col("payload", "bytes", "payload_bytes", "{:d}"),
+        Col("retransmits", "segs", "retransmits", "{:d}"),
+        Col("timeouts", "RTOs", "timeouts", "{:d}"),
+        Col("loss probes", "TLPs", "loss_probes", "{:d}"),
+        Col("start", "s", "start_s", "{:.6f}"),
+    ]
+    head = f"{len(rows)} TCP connections in {path}, most bytes first"
+    footer = [
+        head if rows else f"no TCP packets in {path} ({records} records)",
+        "bytes: frame bytes, as tshark -z conv,tcp; retransmits: tshark's tcp.analysis.retransmission",
+        f"timeouts, loss probes: timer events with rto_min {rto_min_s * 1000:g} ms (on the sender's capture)",
+        "one connection's packets: incastlab inspect FILE --flow CONNECTION",
+    ]
+    return Table(cols, rows, footer=footer)
 
 
 def run_inspect(a: argparse.Namespace) -> int:
-    """`incastlab inspect`: one connection's packets."""
-    from analysis.inspect import inspect_flow
+    """`incastlab inspect`: the file's connections, or one connection's packets."""
+    from analysis.inspect import connections, inspect_flow
 
     if a.span < 0:
         raise AnalysisError("--span must be >= 0")
+    rto_min_s = _rto_min_s(a)
     try:
+        if a.flow is None:
+            pk, rows = connections(a.pcap, rto_min_s=rto_min_s, allow_truncated=a.allow_truncated)
+            table = connections_table(a.pcap, rows, pk.records, rto_min_s)
+            print(table.render_json(file=a.pcap) if a.json else table.render(), flush=True)
+            return 0
         n = inspect_flow(
             a.pcap,
             a.flow,
@@ -267,6 +306,8 @@ def run_inspect(a: argparse.Namespace) -> int:
             span=a.span,
             absolute=a.absolute,
             allow_truncated=a.allow_truncated,
+            rto_min_s=rto_min_s,
+            as_json=a.json,
         )
     except BrokenPipeError:
         return 0

@@ -1,6 +1,7 @@
-"""Show a person the packets of one TCP connection with what each one is (retransmission, dup
-ACK, out-of-order, zero window, timeout, loss probe ...), using tcp.py's and rto.py's
-classification. Sequence numbers, ACK numbers and windows are shown the way tshark shows them:
+"""Show a person a capture's TCP connections (busiest first, like tshark's conversation table),
+and the packets of one of them with what each one is, using tcp.py's and rto.py's classification.
+
+Sequence numbers, ACK numbers and windows are shown the way tshark shows them:
 
 - relative sequence numbers (default): a direction's base is its SYN's sequence number, or, when
   the capture lacks the SYN, one less than the first sequence number seen, or one less than the
@@ -15,15 +16,18 @@ classification. Sequence numbers, ACK numbers and windows are shown the way tsha
 
 from __future__ import annotations
 
+import json
 import sys
 from typing import TextIO
 
 import numpy as np
 
+from analysis import wireshark_seq as ws
 from analysis.errors import AnalysisError
 from analysis.pcapfile import ACK, SYN, Packets, read_pcap, str_to_ip
-from analysis.rto import rto_events
-from analysis.tcp import analyze
+from analysis.rto import RTO_MIN_S, rto_events
+from analysis.seqspace import directions
+from analysis.tcp import TcpAnalysis, analyze
 from analysis.tcpopts import read_options
 
 _FLAG_LETTERS = (
@@ -38,6 +42,7 @@ _FLAG_LETTERS = (
     (0x100, "N"),
 )
 M32 = 0xFFFFFFFF
+SHOWN_WHEN_MISSING = 5  # connections named when a --flow is not in the file
 
 
 def parse_flow(spec: str) -> tuple[int, int, int, int]:
@@ -88,27 +93,103 @@ def window_scales(
     return (min(a, 14), min(b, 14))
 
 
+def list_connections(pk: Packets, *, rto_min_s: float = RTO_MIN_S) -> list[dict[str, object]]:
+    """The capture's TCP connections, busiest (most frame bytes) first, as dicts: connection
+    ("A:port-B:port", A the sender of its first packet: a --flow value), packets, bytes (frame
+    bytes on the wire, as tshark's conversation table counts them), payload_bytes, retransmits
+    (packets tshark's tcp.analysis.retransmission matches: plain, fast and spurious), timeouts
+    and loss_probes (rto.rto_events' timer events with that rto_min: meaningful on a sender's
+    capture), start_s (its first packet, s since the capture's first packet)."""
+    if not len(pk):
+        return []
+    d = directions(pk)
+    rtx = (analyze(pk).bits & ws.ANY_RETRANSMISSION) != 0
+    nconv = int(d.conv.max()) + 1
+    idx = np.arange(len(pk))
+    first = np.full(nconv, len(pk), dtype=np.int64)
+    np.minimum.at(first, d.conv, idx)
+    conv_of_dir = np.zeros(len(d.keys), dtype=np.int64)
+    conv_of_dir[d.fid] = d.conv
+    by_name = {d.name(f): int(conv_of_dir[f]) for f in range(len(d.keys))}
+    timeouts = np.zeros(nconv, dtype=np.int64)
+    probes = np.zeros(nconv, dtype=np.int64)
+    for f in rto_events(pk, tsval=read_options(pk).tsval, rto_min_s=rto_min_s).flows:
+        timeouts[by_name[f.flow]] += f.timeouts
+        probes[by_name[f.flow]] += f.loss_probes
+    count = {
+        "packets": np.bincount(d.conv, minlength=nconv),
+        "bytes": np.bincount(d.conv, weights=pk.wirelen, minlength=nconv),
+        "payload_bytes": np.bincount(d.conv, weights=pk.plen, minlength=nconv),
+        "retransmits": np.bincount(d.conv[rtx], minlength=nconv),
+    }
+    t0 = int(pk.ts_ns[0])
+    rows: list[dict[str, object]] = []
+    for c in range(nconv):
+        i = int(first[c])
+        row: dict[str, object] = {"connection": d.name(int(d.fid[i]))}
+        row.update({k: int(v[c]) for k, v in count.items()})
+        row.update(
+            timeouts=int(timeouts[c]),
+            loss_probes=int(probes[c]),
+            start_s=round((int(pk.ts_ns[i]) - t0) / 1e9, 9),
+        )
+        rows.append(row)
+    rows.sort(key=lambda r: (-int(r["bytes"]), -int(r["packets"]), str(r["connection"])))  # type: ignore[call-overload]
+    return rows
+
+
+def connections(
+    path: str, *, rto_min_s: float = RTO_MIN_S, allow_truncated: bool = False
+) -> tuple[Packets, list[dict[str, object]]]:
+    """The capture (TCP packets; a capture without any is no error) and list_connections of it."""
+    pk = read_pcap(path, allow_truncated=allow_truncated, require_tcp=False)
+    return pk, list_connections(pk, rto_min_s=rto_min_s)
+
+
+def _not_there(path: str, flow: str, pk: Packets, rto_min_s: float) -> str:
+    """One line: the flow is not in the file, and the busiest connections that are."""
+    rows = list_connections(pk, rto_min_s=rto_min_s)
+    top = ", ".join(str(r["connection"]) for r in rows[:SHOWN_WHEN_MISSING])
+    more = f" and {len(rows) - SHOWN_WHEN_MISSING} more" if len(rows) > SHOWN_WHEN_MISSING else ""
+    return f"no connection {flow} in {path}; its busiest: {top}{more} (`incastlab inspect {path}` lists them)"
+
+
+def _what(pk: Packets, an: TcpAnalysis, i: int, timer: dict[int, str]) -> list[str]:
+    """Packet i's labels: tcp.py's, and a timer's event found by rto.py by name."""
+    what = an.labels(i)
+    frame = int(pk.frame[i])
+    if frame in timer:
+        what.append(timer[frame])
+    return what
+
+
 def connection_rows(
-    path: str, flow: str, *, absolute: bool = False, allow_truncated: bool = False
+    path: str,
+    flow: str,
+    *,
+    absolute: bool = False,
+    allow_truncated: bool = False,
+    rto_min_s: float = RTO_MIN_S,
 ) -> tuple[list[dict[str, object]], tuple[int, int] | None]:
     """The packets of connection `flow` (both directions, capture order) as dicts: frame, t_rel
     (s since the capture's first packet), dir ("->": flow's first endpoint sending), flags, seq,
-    ack (None on a SYN without ACK), len, win (scaled as tshark scales it), what (labels); and the
-    window shifts (forward, reverse), None when the capture lacks the handshake (windows raw)."""
+    ack (None on a SYN without ACK), len, win (scaled as tshark scales it), what (labels; timer
+    events with rto_min_s); and the window shifts (forward, reverse), None when the capture lacks
+    the handshake (windows raw). A flow not in the file is an AnalysisError naming the ones that are."""
     src, sport, dst, dport = parse_flow(flow)
     pk = read_pcap(path, allow_truncated=allow_truncated)
     fwd = (pk.src == src) & (pk.sport == sport) & (pk.dst == dst) & (pk.dport == dport)
     rev = (pk.src == dst) & (pk.sport == dport) & (pk.dst == src) & (pk.dport == sport)
     conn = np.flatnonzero(fwd | rev)
     if not conn.size:
-        raise AnalysisError(f"no packets of flow {flow} in {path}")
+        raise AnalysisError(_not_there(path, flow, pk, rto_min_s))
     an = analyze(pk)
     opts = read_options(pk)
     bases = tshark_bases(pk, conn, fwd)
     scales = window_scales(pk, conn, fwd, opts.wscale)
     names = {"rto": "RTO timeout", "syn": "SYN timeout", "tlp": "tail loss probe"}
     timer: dict[int, str] = {}
-    for f in rto_events(pk, tsval=opts.tsval).flows:
+    for f in rto_events(pk, tsval=opts.tsval, rto_min_s=rto_min_s).flows:
         for e in f.events:
             timer[e.frame] = names[e.kind] + (f" (backoff {e.backoff})" if e.backoff else "")
     t0 = int(pk.ts_ns[0])
@@ -125,13 +206,9 @@ def connection_rows(
         win = int(pk.win[i])
         if scales is not None and not fl & SYN:
             win <<= scales[me]
-        what = an.labels(i)
-        frame = int(pk.frame[i])
-        if frame in timer:
-            what.append(timer[frame])
         rows.append(
             {
-                "frame": frame,
+                "frame": int(pk.frame[i]),
                 "t_rel": (int(pk.ts_ns[i]) - t0) / 1e9,
                 "dir": "->" if is_fwd else "<-",
                 "flags": flag_string(fl),
@@ -139,7 +216,7 @@ def connection_rows(
                 "ack": None if (fl & SYN) and not (fl & ACK) else ack,
                 "len": int(pk.plen[i]),
                 "win": win,
-                "what": what,
+                "what": _what(pk, an, i, timer),
             }
         )
     return rows, scales
@@ -154,17 +231,27 @@ def inspect_flow(
     *,
     absolute: bool = False,
     allow_truncated: bool = False,
+    rto_min_s: float = RTO_MIN_S,
+    as_json: bool = False,
 ) -> int:
     """Print the packets of the connection `flow` (both directions); returns how many were printed.
 
     around: seconds since the first packet of the capture; only packets within +-span are shown.
     absolute: raw sequence/ACK numbers instead of tshark's relative ones. allow_truncated: read
-    what precedes a cut record instead of failing. out: where to print (default: sys.stdout).
+    what precedes a cut record instead of failing. rto_min_s: the senders' minimum RTO, for the
+    timer labels. as_json: one JSON document (file, flow, window_scales, packets: the rows of
+    connection_rows) instead of the text. out: where to print (default: sys.stdout).
     """
     out = sys.stdout if out is None else out  # at call time: sys.stdout may have been replaced
-    rows, scales = connection_rows(path, flow, absolute=absolute, allow_truncated=allow_truncated)
+    rows, scales = connection_rows(
+        path, flow, absolute=absolute, allow_truncated=allow_truncated, rto_min_s=rto_min_s
+    )
     if around is not None:
         rows = [r for r in rows if abs(float(r["t_rel"]) - around) <= span]  # type: ignore[arg-type]
+    if as_json:
+        doc = {"file": path, "flow": flow, "window_scales": scales, "packets": rows}
+        out.write(json.dumps(doc, allow_nan=False) + "\n")
+        return len(rows)
     if scales is None:
         out.write(f"# {flow}: window sizes unscaled (the capture lacks the connection's handshake)\n")
     else:

@@ -3,11 +3,13 @@ shows them (relative and absolute, scaled by the handshake or not), header, labe
 
 from __future__ import annotations
 
+import collections
+import json
 from pathlib import Path
 
 import pytest
 
-from analysis.inspect import connection_rows
+from analysis.inspect import connection_rows, connections
 from incastlab.cli import main as cli_main
 from tests.test_analysis_trace import ACK, PSH, SYN, Trace, tcp_options
 from tests.tshark import tshark_fields
@@ -105,12 +107,111 @@ def test_text_output(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None
 def test_errors_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     f = str(_conn().write(tmp_path / "c.pcap"))
     for argv, msg in (
-        ([f, "--flow", "10.0.0.9:1-10.0.0.1:5000"], "no packets of flow"),
+        (
+            [f, "--flow", "10.0.0.9:1-10.0.0.1:5000"],
+            f"no connection 10.0.0.9:1-10.0.0.1:5000 in {f}; its busiest: {FLOW}",
+        ),
         ([f, "--flow", "nonsense"], "bad --flow"),
         ([f, "--flow", FLOW, "--around", "5"], "no packets of that flow in the --around"),
         ([f, "--flow", FLOW, "--span", "-1"], "--span must be >= 0"),
-        ([f], "required"),
+        ([f, "--rto-min-ms", "0"], "--rto-min-ms must be > 0"),
+        ([], "required"),
     ):
         assert cli_main(["inspect", *argv]) == 2
         err = capsys.readouterr().err
         assert msg in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+# ---- real captures (tests/data): the connection list and the labels against tshark
+DATA = Path(__file__).resolve().parent / "data"
+INCAST = DATA / "incast-small"
+SENDERS = ("h5", "h6", "h9", "h13")  # one sender per capture, its own interface
+LISTED = [
+    DATA / "run-small" / "ps" / "pcap" / "ps-port.pcap",  # three connections, many retransmissions
+    DATA / "run-small" / "ring" / "pcap" / "h3.pcap",
+    INCAST / "base" / "n04" / "pcap" / "client-port.pcap",  # four senders, the receiver's side
+    INCAST / "rto_min_ms-1" / "n04" / "pcap" / "h9.pcap",
+]
+
+
+def _rto_min_ms(line: str) -> float:
+    """The rto_min the senders of an incast line ran with (config.json: its rto_min_ms, or the
+    line's override, e.g. the folder rto_min_ms-1 is the line rto_min_ms=1)."""
+    cfg = json.loads((INCAST / "config.json").read_text())
+    for kv in cfg["lines"]:
+        if kv.startswith("rto_min_ms=") and kv.replace("=", "-") == line:
+            return float(kv.split("=")[1])
+    return float(cfg["rto_min_ms"])
+
+
+def _tshark_conversations(f: Path) -> dict[frozenset[str], tuple[int, int, int]]:
+    """{the two endpoints: (frames, frame bytes, retransmissions)} per tcp.stream, from tshark."""
+    ends: dict[str, frozenset[str]] = {}
+    frames: collections.Counter[str] = collections.Counter()
+    nbytes: collections.Counter[str] = collections.Counter()
+    for st, src, sp, dst, dp, ln in tshark_fields(
+        f, "tcp.stream", "ip.src", "tcp.srcport", "ip.dst", "tcp.dstport", "frame.len"
+    ):
+        ends[st] = frozenset((f"{src}:{sp}", f"{dst}:{dp}"))
+        frames[st] += 1
+        nbytes[st] += int(ln)
+    rtx = collections.Counter(
+        st for (st,) in tshark_fields(f, "tcp.stream", display="tcp.analysis.retransmission")
+    )
+    return {ends[st]: (frames[st], nbytes[st], rtx[st]) for st in ends}
+
+
+def _key(connection: object) -> frozenset[str]:
+    a, b = str(connection).split("-")
+    return frozenset((a, b))
+
+
+@pytest.mark.parametrize("f", LISTED, ids=lambda p: "/".join(p.parts[-4:]))
+def test_connection_list_equals_tsharks_conversations(f: Path) -> None:
+    """Per connection: frames and frame bytes as tshark's conversation table counts them, and the
+    packets tshark's tcp.analysis.retransmission matches; busiest (most bytes) first."""
+    _pk, rows = connections(str(f))
+    theirs = _tshark_conversations(f)
+    assert len(theirs) >= 1
+    assert {_key(r["connection"]): (r["packets"], r["bytes"], r["retransmits"]) for r in rows} == theirs
+    shown = [theirs[_key(r["connection"])][1] for r in rows]
+    assert shown == sorted(shown, reverse=True)
+
+
+@pytest.mark.parametrize("host", SENDERS)
+def test_connection_list_timeouts_equal_the_kernels(host: str) -> None:
+    """A sender's capture at rto_min 200 ms: the list's timeouts are its kernel's TcpExtTCPTimeouts
+    (hosts.json, read at the end of the point)."""
+    point = INCAST / "base" / "n04"
+    kernel = json.loads((point / "hosts.json").read_text())[host]["kernel"].get("TcpExtTCPTimeouts", 0)
+    _pk, rows = connections(str(point / "pcap" / f"{host}.pcap"), rto_min_s=_rto_min_ms("base") / 1000)
+    assert len(rows) == 1 and rows[0]["timeouts"] == kernel
+
+
+def test_inspect_without_flow_lists_the_connections(capsys: pytest.CaptureFixture[str]) -> None:
+    """`inspect FILE`: the project's table (header, units row, one row per connection, `#` footer)
+    and --json (schema incastlab.table/1); a --flow not in the file: one line naming the busiest
+    ones that are, exit 2."""
+    f = str(LISTED[0])
+    theirs = _tshark_conversations(LISTED[0])
+    assert cli_main(["inspect", f]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split()[:2] == ["connection", "packets"] and lines[1].split()[0] == "A:port-B:port"
+    body = [x for x in lines[2:] if not x.startswith("#")]
+    assert len(body) == len(theirs) and lines[-1].startswith("# ")
+    busiest = max(theirs, key=lambda k: theirs[k][1])
+    assert _key(body[0].split()[0]) == busiest
+    assert cli_main(["inspect", f, "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["schema"] == "incastlab.table/1" and doc["file"] == f
+    assert {
+        _key(r["connection"]): (r["packets"], r["bytes"], r["retransmits"]) for r in doc["rows"]
+    } == theirs
+    assert cli_main(["inspect", f, "--flow", "10.0.0.9:1-10.0.0.1:29600"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no connection 10.0.0.9:1-10.0.0.1:29600" in err
+    assert all("-".join(sorted(k)) in err or "-".join(sorted(k, reverse=True)) in err for k in theirs)
+    flow = body[0].split()[0]
+    assert cli_main(["inspect", f, "--flow", flow, "--json", "--around", "1", "--span", "0.01"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["flow"] == flow and doc["packets"] and all(abs(p["t_rel"] - 1) <= 0.01 for p in doc["packets"])
