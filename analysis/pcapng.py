@@ -206,29 +206,15 @@ def read_pcapng(spath: str, buf: np.ndarray, size: int, *, allow_truncated: bool
     if wk.cut is not None and not allow_truncated:
         raise TruncatedPcapError(f"truncated pcapng: {wk.why} at packet {wk.cut}: {spath}", wk.cut)
     n = offs.shape[0]
-    iface = np.zeros(n, dtype=np.int64)
-    blen = np.zeros(n, dtype=np.int64)
-    for s, (order, first) in enumerate(wk.sections):
-        sel = np.flatnonzero(secs == s)
-        if not sel.size:
-            continue
-        w32 = np.ndarray((buf.shape[0] - 3,), dtype=order + "u4", buffer=buf, offset=0, strides=(1,))
-        w16 = np.ndarray((buf.shape[0] - 1,), dtype=order + "u2", buffer=buf, offset=0, strides=(1,))
-        o, k = offs[sel], kinds[sel]
-        local = np.where(k == EPB, w32[o + 8], np.where(k == PB, w16[o + 8], 0)).astype(np.int64)
-        known = (wk.sections[s + 1][1] if s + 1 < len(wk.sections) else len(wk.ifaces)) - first
-        bad = np.flatnonzero(local >= known)
-        if bad.size:
-            i = int(sel[bad[0]])
-            raise wk.fail(int(offs[i]), f"packet {i + 1} names interface {int(local[bad[0]])} of {known}")
-        iface[sel] = local + first
-        blen[sel] = w32[o + 4]
-    pkt = np.isin(kinds, _PACKETS)
-    keys = np.unique(kinds[pkt] * (1 << 32) + iface[pkt])
-    parts = [_group(wk, buf, offs, kinds, iface, blen, key) for key in keys]
+    key, blen = _keys(wk, offs, kinds, secs)
+    if n and int(key.min()) == int(key.max()) >= 0:  # the usual file: one interface, all EPBs
+        groups: list[tuple[int, np.ndarray | None]] = [(int(key[0]), None)]
+    else:
+        groups = [(int(k), np.flatnonzero(key == k)) for k in np.unique(key[key >= 0]).tolist()]
+    parts = [_group(wk, offs, blen, k, at) for k, at in groups]
     got = [p for p in parts if p is not None]
     if parts and not got:  # every packet is on an interface of an unsupported link type
-        raise unsupported_linktype(wk.ifaces[int(iface[0])].linktype, spath)
+        raise unsupported_linktype(wk.ifaces[groups[0][0] & 0xFFFFFFFF].linktype, spath)
     fields = _merge(got) if got else _nothing()
     first_if = wk.ifaces[0] if wk.ifaces else _Iface(-1, 0, 6, 0)
     return Packets(
@@ -243,23 +229,48 @@ def read_pcapng(spath: str, buf: np.ndarray, size: int, *, allow_truncated: bool
     )
 
 
+def _keys(wk: _Walk, offs: np.ndarray, kinds: np.ndarray, secs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per frame: kind << 32 | the file-wide number of its interface (-1 for frames that are no
+    packet), and its block length. Refuses a packet that names an interface its section lacks."""
+    n = offs.shape[0]
+    key = np.full(n, -1, dtype=np.int64)
+    blen = np.zeros(n, dtype=np.int64)
+    buf = wk.buf
+    for s, (order, first) in enumerate(wk.sections):
+        sel: np.ndarray | slice = np.flatnonzero(secs == s) if len(wk.sections) > 1 else slice(None)
+        o, k = offs[sel], kinds[sel]  # a view when there is one section
+        if not o.size:
+            continue
+        w32 = np.ndarray((buf.shape[0] - 3,), dtype=order + "u4", buffer=buf, offset=0, strides=(1,))
+        if bool((k == EPB).all()):
+            local = w32[o + 8].astype(np.int64)
+            pkt = None
+        else:
+            w16 = np.ndarray((buf.shape[0] - 1,), dtype=order + "u2", buffer=buf, offset=0, strides=(1,))
+            local = np.where(k == EPB, w32[o + 8], np.where(k == PB, w16[o + 8], 0)).astype(np.int64)
+            pkt = np.isin(k, _PACKETS)
+        known = (wk.sections[s + 1][1] if s + 1 < len(wk.sections) else len(wk.ifaces)) - first
+        bad = np.flatnonzero((local >= known) if pkt is None else (local >= known) & pkt)
+        if bad.size:
+            i = int(bad[0] if isinstance(sel, slice) else sel[bad[0]])
+            raise wk.fail(int(offs[i]), f"packet {i + 1} names interface {int(local[bad[0]])} of {known}")
+        local += first | (k << 32)
+        key[sel] = local if pkt is None else np.where(pkt, local, -1)
+        blen[sel] = w32[o + 4]
+    return key, blen
+
+
 def _group(
-    wk: _Walk,
-    buf: np.ndarray,
-    offs: np.ndarray,
-    kinds: np.ndarray,
-    iface: np.ndarray,
-    blen: np.ndarray,
-    key: int,
+    wk: _Walk, offs: np.ndarray, blen: np.ndarray, key: int, at: np.ndarray | None
 ) -> dict[str, np.ndarray] | None:
-    """Packets fields of the packet blocks of one kind and interface (None if its link type is
-    not read); checks that each block holds its captured bytes."""
-    kind, ifn = int(key) >> 32, int(key) & 0xFFFFFFFF
+    """Packets fields of the packet blocks of one kind and interface, the frames `at` (None: all);
+    None if its link type is not read. Checks that each block holds its captured bytes."""
+    kind, ifn = key >> 32, key & 0xFFFFFFFF
+    buf = wk.buf
     itf = wk.ifaces[ifn]
     if itf.linktype not in SUPPORTED_LINKTYPES:
         return None
-    at = np.flatnonzero((kinds == kind) & (iface == ifn))
-    o, ln = offs[at], blen[at]
+    o, ln = (offs, blen) if at is None else (offs[at], blen[at])
     order = wk.sections[_section_of(wk, ifn)][0]
     u4 = order + "u4"
     cap = None
@@ -274,7 +285,7 @@ def _group(
         w32 = np.ndarray((buf.shape[0] - 3,), dtype=u4, buffer=buf, offset=0, strides=(1,))
         over = np.flatnonzero(w32[o + 20].astype(np.int64) + 32 > ln)
         if over.size:
-            i = int(at[over[0]])
+            i = int(over[0] if at is None else at[over[0]])
             raise wk.fail(int(offs[i]), f"packet {i + 1}: its captured length does not fit its block")
     f = _decode(buf, o, lay, itf.linktype, cap)
     idx = f.pop("idx")
@@ -282,7 +293,7 @@ def _group(
         ts = np.zeros(idx.shape[0], dtype=np.int64)  # a simple packet block has no timestamp
     else:
         ts = _to_ns(f.pop("th"), f.pop("tl"), itf)
-    return {"frame": at[idx] + 1, "ts_ns": ts, **f}
+    return {"frame": (idx if at is None else at[idx]) + 1, "ts_ns": ts, **f}
 
 
 def _section_of(wk: _Walk, ifn: int) -> int:
