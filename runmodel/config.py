@@ -8,6 +8,7 @@ before anything is built.
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import asdict, dataclass, fields, is_dataclass, replace
 from pathlib import Path
@@ -31,6 +32,19 @@ __all__ = [
 ]
 
 CAPTURES = ("all", "ps-port", "none")
+
+
+def is_finite(value: Any) -> bool:
+    """A finite int or float (not a bool): what a numeric field may hold."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def finite(name: str, value: Any, lo: float | None = None, lo_open: bool = False) -> None:
+    """params.number, and no infinity either: a run's config.json is strict JSON (no Infinity), and a
+    timeout or a rate has to be a number a run can reach."""
+    number(name, value, lo, lo_open=lo_open)
+    if not math.isfinite(value):
+        raise ParamError(f"{name} must be a finite number, got {value!r}")
 
 
 def split_commas(text: str) -> tuple[str, ...]:
@@ -89,13 +103,20 @@ class Straggler:
         return cls(**doc)
 
     def validate(self) -> None:
-        """Refuse knobs that cannot be (host membership is checked by the config)."""
-        if self.cpu is not None and not (isinstance(self.cpu, int | float) and 0 < self.cpu <= 1):
+        """Refuse knobs that cannot be (host membership is checked by the config); every number finite,
+        as config.json is strict JSON."""
+        if self.cpu is not None and not (is_finite(self.cpu) and 0 < self.cpu <= 1):
             raise ParamError(f"stragglers: {self.host}: cpu share must be in (0, 1], got {self.cpu}")
         rate = self.link_mbit
-        if rate is not None and not (isinstance(rate, int | float) and rate > 0):
+        if rate is not None and not (is_finite(rate) and rate > 0):
             raise ParamError(f"stragglers: {self.host}: link_mbit must be > 0, got {self.link_mbit}")
-        if self.slow_every < 0 or self.slow_factor < 1 or self.compute_factor < 1:
+        factors = (self.slow_factor, self.compute_factor)
+        if not (
+            isinstance(self.slow_every, int)
+            and not isinstance(self.slow_every, bool)
+            and self.slow_every >= 0
+            and all(is_finite(f) and f >= 1 for f in factors)
+        ):
             raise ParamError(
                 f"stragglers: {self.host}: slow_every must be >= 0, slow_factor and compute_factor >= 1"
             )
@@ -105,7 +126,7 @@ class Straggler:
                 f"got {self.cpuset!r}"
             )
         mem = self.mem_mb
-        if mem is not None and not (isinstance(mem, int | float) and mem >= 6):
+        if mem is not None and not (is_finite(mem) and mem >= 6):
             raise ParamError(f"stragglers: {self.host}: mem_mb must be >= 6 (docker's least), got {mem}")
 
     @property
@@ -335,8 +356,8 @@ class ExperimentConfig(RunConfig):
         whole("steps", self.steps, 1)
         number("grad_mb", self.grad_mb, 0, 256, lo_open=True)
         whole("batch", self.batch, 1)
-        number("compute_ms", self.compute_ms, 0)
-        number("lr", self.lr, 0, lo_open=True)
+        finite("compute_ms", self.compute_ms, 0)
+        finite("lr", self.lr, 0, lo_open=True)
         whole("seed", self.seed, 0)
         if not isinstance(self.staleness, int) or self.staleness < 0:
             raise ParamError(f"staleness (ssp bound s) must be >= 0, got {self.staleness}")
@@ -350,10 +371,10 @@ class ExperimentConfig(RunConfig):
         number("queue_sample_ms", self.queue_sample_ms, 1, 1000)
         if self.cc not in CONGESTION_CONTROLS:
             raise ParamError(f"cc must be one of {', '.join(CONGESTION_CONTROLS)}, got {self.cc!r}")
-        number("timeout", self.timeout, 0, lo_open=True)
-        number("run_timeout", self.run_timeout, 0, lo_open=True)
+        finite("timeout", self.timeout, 0, lo_open=True)
+        finite("run_timeout", self.run_timeout, 0, lo_open=True)
         if self.target_loss is not None:
-            number("target_loss", self.target_loss)
+            finite("target_loss", self.target_loss)
         workers = set(self.worker_hosts)
         for st in self.stragglers:
             self.fabric.check_host("stragglers", st.host)

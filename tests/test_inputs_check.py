@@ -105,6 +105,30 @@ def test_check_without_root_refuses_the_issues_typos_and_passes_a_good_file(tmp_
     assert sorted(p.name for p in tmp_path.iterdir()) == ["good.json", "typo.json"]  # nothing made
 
 
+@pytest.mark.parametrize(
+    ("flags", "start"),
+    [
+        (["--straggler", "h3:slow_factor=nan"], "incastlab compare: stragglers: h3: slow_every must be >= 0"),
+        (["--straggler", "h3:compute_factor=inf"], "incastlab compare: stragglers: h3: slow_every must be"),
+        (["--straggler", "h3:link_mbit=inf"], "incastlab compare: stragglers: h3: link_mbit must be > 0"),
+        (["--straggler", "h3:mem_mb=inf"], "incastlab compare: stragglers: h3: mem_mb must be >= 6"),
+        (["--timeout", "inf"], "incastlab compare: timeout must be a finite number, got inf"),
+        (["--run-timeout", "1e999"], "incastlab compare: run_timeout must be a finite number, got inf"),
+        (["--compute-ms", "inf"], "incastlab compare: compute_ms must be a finite number"),
+    ],
+)
+def test_an_infinite_or_nan_number_is_refused_as_config_json_cannot_hold_it(tmp_path, flags, start):
+    """config.json is strict JSON: a NaN or an infinity the check let through would end the run in a
+    traceback when it writes the file (found by tests/test_fuzz_inputs.py)."""
+    done = run_cli(["check", "compare", *flags, "--results", str(tmp_path / "r")])
+    assert done.returncode == 2 and one_line(done.stderr).startswith(start)
+    doc = {"run_timeout": float("inf")}  # json.dumps writes Infinity, which json.loads reads back
+    (tmp_path / "s.json").write_text(json.dumps(doc))
+    done = run_cli(["check", str(tmp_path / "s.json")])
+    assert done.returncode == 2
+    assert one_line(done.stderr) == "incastlab compare: run_timeout must be a finite number, got inf"
+
+
 def test_check_of_the_shipped_scenarios_passes_as_root_and_makes_nothing(tmp_path):
     """As root the check also asks the kernel (congestion controls, minimum RTO) as the run does."""
     require(None if os.geteuid() == 0 else "needs root (the kernel checks)")
