@@ -5,9 +5,10 @@ anything (no fabric, no run folder).
 `check` decides which command the file is a scenario of (an incast sweep's fields, a job strategy, else
 compare) and parses `COMMAND --scenario SCENARIO --check FLAGS` with that command's own parser, so a
 refusal is the very line the run would print (`incastlab compare: steps must be a whole number, got
-'5'`, exit 2). What only the machine can answer (congestion controls a kernel module would add, the
-host runtime, a job's image) is checked only as root, as the run checks it; otherwise the ok line says
-it was left out.
+'5'`, exit 2). What the kernel can run (congestion controls a module would add, the minimum RTO) is
+asked only as root, as the run asks it; otherwise the ok line says it was left out. The machine's
+passing state (controller ports taken by another run, disk space, dockerd, a job's image) is the run's
+to check when it starts: a check says whether the input is right, not whether now is a good moment.
 """
 
 from __future__ import annotations
@@ -21,11 +22,11 @@ from runmodel.incast import IncastConfig
 from runmodel.params import ParamError
 from runmodel.strategy import JOB
 
-ROOT_ONLY = "kernel and host-runtime checks left out: they need root"
+ROOT_ONLY = "kernel checks left out: they need root"
 
 
 def is_root() -> bool:
-    """True when this process may load kernel modules and talk to dockerd, as a run does."""
+    """True when this process may load kernel modules, as a run does."""
     return os.geteuid() == 0
 
 

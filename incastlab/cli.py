@@ -175,20 +175,18 @@ def cmd_experiment(args: argparse.Namespace) -> int:
 
     if not args.check:
         require_root()  # before the kernel is asked and before a run folder exists
-    elif not is_root():  # --check without root: what only root can ask the machine is left out
-        print(experiment_line(cfg, scenario, root_checked=False), flush=True)
-        return 0
+    root = is_root()  # --check without root: what only root can ask the kernel is left out
     from topologies.hosttcp import check_cc, check_rto_min
 
-    for spec in cfg.strategy_specs:  # what the kernel cannot do is refused before anything is built
+    for spec in cfg.strategy_specs if root else []:  # what the kernel cannot do, refused before anything
         check_cc(spec.cc or cfg.cc)
         check_rto_min(spec.rto_min_ms)
+    if args.check:  # the machine's state (ports, disk, docker) is the run's to check, not the input's
+        print(experiment_line(cfg, scenario, root_checked=root), flush=True)
+        return 0
     from incastlab.session import runtime_for
 
     hosts = runtime_for(cfg, Path(args.results), say)  # docker or netns, said in one line, refused early
-    if args.check:
-        print(experiment_line(cfg, scenario, root_checked=True), flush=True)
-        return 0
     folder = RunFolder.create(Path(args.results), label=args.run_name or "")
     from incastlab.version import provenance
 

@@ -133,10 +133,8 @@ def test_check_of_the_shipped_scenarios_passes_as_root_and_makes_nothing(tmp_pat
     """As root the check also asks the kernel (congestion controls, minimum RTO) as the run does."""
     require(None if os.geteuid() == 0 else "needs root (the kernel checks)")
     for name in ("compare", "mitigate", "incast"):
-        done = run_cli(["check", name, "--results", str(tmp_path / "r"), "--api-port", "1", "--of-port", "2"])
-        if done.returncode == 2 and "already in use" in done.stderr:
-            pytest.fail(f"ports 1 and 2 in use? {done.stderr}")
-        assert done.returncode == 0, done.stderr
+        done = run_cli(["check", name, "--results", str(tmp_path / "r")])
+        assert done.returncode == 0, done.stderr  # another run's fabric (ports, leftovers) is no matter
         assert done.stdout.startswith(str(ROOT / "incastlab" / "scenarios" / f"{name}.json") + ": ok (")
     assert not (tmp_path / "r").exists()
 
