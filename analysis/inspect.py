@@ -1,6 +1,12 @@
 """Show a person a capture's TCP connections (busiest first, like tshark's conversation table),
 and the packets of one of them with what each one is, using tcp.py's and rto.py's classification.
 
+Labels use tshark's words ("retransmission", "fast retransmission", "spurious retransmission",
+"dup ACK", ...); a retransmission is said to be a timer's ("RTO timeout", "tail loss probe") only
+when rto.rto_events finds a timer event at it, i.e. it came at least the timer's wait (from the
+rto_min in force) after the segment's previous copy and the last ACK progress. A retransmission a
+few ms into a burst is tshark's plain "retransmission", never a timeout.
+
 Sequence numbers, ACK numbers and windows are shown the way tshark shows them:
 
 - relative sequence numbers (default): a direction's base is its SYN's sequence number, or, when
@@ -155,8 +161,14 @@ def _not_there(path: str, flow: str, pk: Packets, rto_min_s: float) -> str:
 
 
 def _what(pk: Packets, an: TcpAnalysis, i: int, timer: dict[int, str]) -> list[str]:
-    """Packet i's labels: tcp.py's, and a timer's event found by rto.py by name."""
+    """Packet i's labels: tcp.py's (tshark's words), except that a plain retransmission without
+    dup-ACK evidence stays tshark's "retransmission" (tcp.py's own split calls it a timeout, and
+    no timer need have fired); a timer's event found by rto.py is added by name."""
     what = an.labels(i)
+    bits = int(an.bits[i])
+    plain = bits & ws.RETRANSMISSION and not bits & (ws.FAST_RETRANSMISSION | ws.SPURIOUS_RETRANSMISSION)
+    if plain and not an.dup_recovery[i]:
+        what[0] = "retransmission"
     frame = int(pk.frame[i])
     if frame in timer:
         what.append(timer[frame])

@@ -188,6 +188,67 @@ def test_connection_list_timeouts_equal_the_kernels(host: str) -> None:
     assert len(rows) == 1 and rows[0]["timeouts"] == kernel
 
 
+def _previous_copy_gaps(f: Path) -> dict[int, float]:
+    """{frame: s since the previous capture of the same sequence number in the same direction},
+    for data packets that have one (tshark's raw sequence numbers and times)."""
+    last: dict[tuple[str, str, str], float] = {}
+    gaps = {}
+    for fr, src, sp, seq, ln, t in tshark_fields(
+        f, "frame.number", "ip.src", "tcp.srcport", "tcp.seq_raw", "tcp.len", "frame.time_epoch"
+    ):
+        if int(ln or 0):
+            k = (src, sp, seq)
+            if k in last:
+                gaps[int(fr)] = float(t) - last[k]
+            last[k] = float(t)
+    return gaps
+
+
+@pytest.mark.parametrize("line", ["base", "rto_min_ms-1"])
+@pytest.mark.parametrize("host", SENDERS)
+def test_labels_say_timeout_only_when_a_timer_can_have_fired(line: str, host: str) -> None:
+    """On a sender's capture every retransmission carries tshark's word for it (tshark's fast and
+    spurious ones theirs, the others "retransmission ..."); one is called a timeout only when at
+    least the rto_min in force passed since the segment's previous copy; at 200 ms nothing tshark
+    calls a fast retransmission is called a timeout. (A tail loss probe's timer is 2 SRTT, not
+    rto_min: its label is not checked here.)"""
+    f = INCAST / line / "n04" / "pcap" / f"{host}.pcap"
+    rto_ms = _rto_min_ms(line)
+    _pk, conns = connections(str(f), rto_min_s=rto_ms / 1000)
+    what = {}
+    for c in conns:
+        for r in connection_rows(str(f), str(c["connection"]), rto_min_s=rto_ms / 1000)[0]:
+            what[r["frame"]] = list(r["what"])  # type: ignore[call-overload]
+
+    def frames(display: str) -> set[int]:
+        return {int(x[0]) for x in tshark_fields(f, "frame.number", display=display)}
+
+    rtx, fast = frames("tcp.analysis.retransmission"), frames("tcp.analysis.fast_retransmission")
+    spurious = frames("tcp.analysis.spurious_retransmission")
+    assert rtx, "the capture has retransmissions"
+    assert {fr for fr, w in what.items() if w and "retransmission" in w[0]} == rtx
+    assert all(what[fr][0] == "fast retransmission" for fr in fast)
+    assert all(what[fr][0] == "spurious retransmission" for fr in spurious)
+    gaps = _previous_copy_gaps(f)
+    timed = {fr for fr, w in what.items() if any("timeout" in x for x in w)}  # RTO and SYN timers
+    short = {fr for fr in rtx if gaps.get(fr, 0.0) < rto_ms / 1000}
+    assert not timed & short, sorted((fr, gaps.get(fr), what[fr]) for fr in timed & short)
+    if rto_ms >= 200:
+        assert not timed & fast
+    print(f"{f}: {len(rtx)} retransmissions, {len(timed)} timer events, {len(short)} too soon for one")
+
+
+def test_the_reported_retransmission_is_no_timeout(capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue #30: run-small's h2.pcap frame 73, 17 ms after its first copy, is what tshark calls
+    '(suspected) retransmission': plain "retransmission", not a timeout."""
+    f = DATA / "run-small" / "ps" / "pcap" / "h2.pcap"
+    (row,) = tshark_fields(f, "_ws.expert.message", "tcp.stream", display="frame.number == 73")
+    assert row[0] == "This frame is a (suspected) retransmission"
+    assert cli_main(["inspect", str(f), "--flow", "10.0.0.2:34418-10.0.0.1:29600"]) == 0
+    (line,) = [x for x in capsys.readouterr().out.splitlines() if x.split()[0] == "73"]
+    assert line.endswith(" retransmission") and "timeout" not in line
+
+
 def test_inspect_without_flow_lists_the_connections(capsys: pytest.CaptureFixture[str]) -> None:
     """`inspect FILE`: the project's table (header, units row, one row per connection, `#` footer)
     and --json (schema incastlab.table/1); a --flow not in the file: one line naming the busiest
