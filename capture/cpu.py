@@ -60,6 +60,7 @@ class CpuSampler:
         self.pid = find_process(switch_process)
         self._halt = threading.Event()
         self._thread: threading.Thread | None = None
+        self.error: str | None = None  # why sampling ended early (the file could not be written)
 
     def start(self) -> None:
         """Start sampling (the first line comes one interval from now)."""
@@ -68,6 +69,12 @@ class CpuSampler:
         self._thread.start()
 
     def _loop(self) -> None:
+        try:
+            self._sample_until_halted()
+        except OSError as exc:  # the results disk is full: the lines so far stay
+            self.error = f"{self.out.name}: {exc}"
+
+    def _sample_until_halted(self) -> None:
         prev_cores = core_jiffies(Path("/proc/stat").read_text())
         prev_sw = process_jiffies(self.pid) if self.pid else None
         prev_t = time.monotonic()

@@ -298,7 +298,11 @@ class QueueSampler:
         if not stats:
             self.error = "every watched port disappeared"
             return False
-        self._record(stats, force=force)
+        try:
+            self._record(stats, force=force)
+        except OSError as exc:  # the results disk is full: sampling ends, the summary says why
+            self.error = f"{self.out.name}: {exc}"
+            return False
         return True
 
     def _loop(self) -> None:
@@ -326,7 +330,10 @@ class QueueSampler:
         if self._backend is not None:
             self._backend.close()
         if self._file is not None:
-            self._file.close()
+            try:
+                self._file.close()
+            except OSError as exc:  # its last lines could not be written
+                self.error = self.error or f"{self.out.name}: {exc}"
         gaps = [b - a for a, b in zip(self._times, self._times[1:], strict=False)]
         first = self._ports.get(self.iface)
         self._summary = {

@@ -143,8 +143,12 @@ class ControllerProcess:
         return api_get(self.base, path, timeout)
 
     def set_phase(self, **phase: Any) -> None:
-        """Tell the dashboard what the experiment is doing (the API itself stays read-only)."""
-        write_json(self.phase_file, dict(phase, t=time.time()))
+        """Tell the dashboard what the experiment is doing (the API itself stays read-only). Only the
+        dashboard reads it: a results disk that is full loses the phase, not the run's end."""
+        try:
+            write_json(self.phase_file, dict(phase, t=time.time()))
+        except OSError:
+            pass
 
     def kill(self) -> None:
         """SIGKILL, as a crash would (fault injection)."""
