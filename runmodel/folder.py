@@ -8,6 +8,8 @@ Every stage names a file through these properties, never by a string of its own.
 
 from __future__ import annotations
 
+import errno
+import os
 import re
 import time
 from dataclasses import dataclass, field
@@ -27,6 +29,7 @@ from runmodel.records import (
     QueueSample,
     Status,
     WorkerLog,
+    dumps,
     parse_controller_rows,
     read_cpu_samples,
     read_faults,
@@ -42,6 +45,7 @@ from runmodel.strategy import StrategySpec
 
 _WORKER_RE = re.compile(r"^worker-(\d+)\.jsonl$")
 RUN_NAME_MAX = 64
+STATUS_BYTES = 4096  # status.json's size on disk: one page, room for any status written after it
 _RUN_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
 
@@ -136,8 +140,22 @@ class StrategyFolder:
         return None if doc is None else Status.from_dict(doc)
 
     def write_status(self, status: Status) -> None:
-        """Replace status.json."""
-        write_json(self.status_file, status.to_dict())
+        """Replace status.json, padded to STATUS_BYTES so that the file always holds the room of the
+        next status: on a full disk, where no new file can be written, the new status is written in
+        place over the old one's bytes. A run stopped by a full disk can still say how it ended."""
+        text = dumps(status.to_dict(), "status.json", indent=1)
+        padded = text + " " * (STATUS_BYTES - 1 - len(text)) + "\n"
+        tmp = self.status_file.with_name(".status.json.tmp")
+        try:
+            tmp.write_text(padded, encoding="utf-8")  # a new file, renamed over the old: atomic
+            os.replace(tmp, self.status_file)
+        except OSError as exc:
+            tmp.unlink(missing_ok=True)
+            if exc.errno != errno.ENOSPC or not self.status_file.exists():
+                raise
+            with self.status_file.open("r+", encoding="utf-8") as f:
+                f.write(padded)
+                f.truncate()
 
     def ps_events(self, problems: list[str] | None = None) -> list[PsEvent]:
         """ps.jsonl."""

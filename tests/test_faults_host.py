@@ -9,10 +9,15 @@ Each test asserts the exit code, the one line that names the cause, what stays o
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import signal
 import socket
+import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 
@@ -26,9 +31,11 @@ pytestmark = pytest.mark.integration
 SHORT = ["--workers", "3", "--capture", "ps-port"]
 
 
-def error_lines(stderr: str) -> list[str]:
-    """stderr without the progress lines (`[incastlab HH:MM:SS] ...`): what the run says went wrong."""
-    return [ln for ln in stderr.strip().splitlines() if ln and not ln.startswith("[incastlab ")]
+def error_lines(stderr: str, command: str = "compare") -> list[str]:
+    """The lines in which the command says why it ended (`incastlab COMMAND: ...`), after checking
+    that no traceback came with them. Progress lines and library warnings are not counted."""
+    assert "Traceback" not in stderr, stderr[-3000:]
+    return [ln for ln in stderr.strip().splitlines() if ln.startswith(f"incastlab {command}:")]
 
 
 def free_port() -> int:
@@ -96,3 +103,56 @@ def test_a_killed_ovs_vswitchd_ends_the_run_with_its_cause(clean_host, tmp_path)
     steps = [r for r in (folder / "ring" / "worker-0.jsonl").read_text().splitlines() if '"step"' in r]
     assert 1 <= len(steps) < 40, "the steps before the fault are kept, and the run did not go on"
     assert_readable_incomplete_run(folder)
+
+
+@contextmanager
+def small_disk(where: Path, mib: int) -> Iterator[Path]:
+    """A tmpfs of `mib` MiB mounted at `where` for the block, unmounted after it."""
+    where.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={mib}m", "incastlab-test", str(where)], check=True)
+    try:
+        yield where
+    finally:
+        if subprocess.run(["umount", str(where)], capture_output=True).returncode != 0:
+            subprocess.run(["umount", "-l", str(where)], check=True)
+
+
+def fill(path: Path) -> int:
+    """Write zeros to `path` until its disk says it is full (ENOSPC), as another program would; the
+    bytes written."""
+    written = 0
+    with open(path, "wb", buffering=0) as f:
+        for chunk in (bytes(2**20), bytes(4096)):  # a short write, then ENOSPC, at each size
+            try:
+                while True:
+                    written += f.write(chunk)
+            except OSError as exc:
+                assert exc.errno == errno.ENOSPC, exc
+    return written
+
+
+def test_a_full_results_disk_stops_the_run_and_nothing_says_complete(clean_host, tmp_path):
+    """The results folder on a 64 MiB tmpfs that another writer fills to the last page at step 1 of a
+    ring: exit 1, one line naming the full disk, status.json failed with that cause although no new
+    file fits any more (written in place), no summary claiming anything; once space is freed,
+    `incastlab report` rebuilds a report that says incomplete; nothing of the fabric left."""
+    with small_disk(tmp_path / "disk", 64) as disk:
+        results = disk / "results"
+        run = Running(["compare", "--strategies", "ring", "--steps", "40", *SHORT, "--results", str(results)])
+        with run.killed_on_error():
+            run.wait_line(r"ring: step [1-9]", 300)
+            filled = fill(disk / "filler")
+            code, secs = run.wait_exit(guard=120)
+        print(f"filled {filled} B: exit {code} {secs:.1f} s after the start\n{run.tail()}")
+        assert code == 1, run.tail()
+        errors = error_lines(run.text("stderr"))
+        assert len(errors) == 1 and "results disk full" in errors[0], errors
+        assert find_leftovers().empty(), f"left {find_leftovers().describe()}"
+
+        folder = run_dir(results)
+        status = json.loads((folder / "ring" / "status.json").read_text())
+        assert status["state"] == "failed" and "results disk full" in status["error"], status
+        summary = folder / "summary.json"
+        assert not summary.exists() or json.loads(summary.read_text())["complete"] is False
+        (disk / "filler").unlink()  # the user frees space, then rebuilds the report
+        assert_readable_incomplete_run(folder, summary_expected=False)
