@@ -126,10 +126,10 @@ def _print_text(res: dict[str, object]) -> None:
 
 
 ANALYZE_HELP = (
-    "TCP counts of pcap files: segments, retransmissions (all, and tshark's fast and spurious ones; "
-    "split by whether the receiver was repeating an ACK), dup ACKs, out-of-order, zero windows, "
-    "timeout events and tail loss probes (count them on the sender's capture), delivered bytes "
-    "(unique payload bytes; count them on the receiver's capture)."
+    "TCP counts of pcap or pcapng files (IPv4 and IPv6): segments, retransmissions (all, and "
+    "tshark's fast and spurious ones; split by whether the receiver was repeating an ACK), dup "
+    "ACKs, out-of-order, zero windows, timeout events and tail loss probes (count them on the "
+    "sender's capture), delivered bytes (unique payload bytes; count them on the receiver's capture)."
 )
 INSPECT_HELP = (
     "without --flow: the file's TCP connections, busiest first (packets, bytes, retransmissions, "
@@ -170,7 +170,7 @@ def _rto_min_s(a: argparse.Namespace) -> float:
 
 def add_analyze_arguments(ap: argparse.ArgumentParser) -> None:
     """The options of `incastlab analyze` (the command line's tree adds the subcommand)."""
-    ap.add_argument("pcap", nargs="+", help="one or more classic pcap files")
+    ap.add_argument("pcap", nargs="+", help="one or more pcap or pcapng files")
     ap.add_argument(
         "--json", action="store_true", help="print one JSON object per file, one per line (default: text)"
     )
@@ -223,7 +223,7 @@ def run_analyze(a: argparse.Namespace) -> int:
 
 def add_inspect_arguments(ap: argparse.ArgumentParser) -> None:
     """The options of `incastlab inspect`."""
-    ap.add_argument("pcap", help="a classic pcap file")
+    ap.add_argument("pcap", help="a pcap or pcapng file")
     ap.add_argument(
         "--flow",
         default=None,
