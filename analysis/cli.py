@@ -276,7 +276,7 @@ def connections_table(path: str, rows: list[dict[str, object]], records: int, rt
         Col("loss probes", "TLPs", "loss_probes", "{:d}"),
         Col("start", "s", "start_s", "{:.6f}"),
     ]
-    head = f"{len(rows)} TCP connections in {path}, most bytes first"
+    head = f"{len(rows)} TCP connection{'' if len(rows) == 1 else 's'} in {path}, most bytes first"
     footer = [
         head if rows else f"no TCP packets in {path} ({records} records)",
         "bytes: frame bytes, as tshark -z conv,tcp; retransmits: tshark's tcp.analysis.retransmission",

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import collections
 import json
+import subprocess
 from pathlib import Path
 
 import pytest
 
 from analysis.inspect import connection_rows, connections
 from incastlab.cli import main as cli_main
+from tests.pcapwrite import read_records, to_ipv6, write_pcap
 from tests.test_analysis_trace import ACK, PSH, SYN, Trace, tcp_options
 from tests.tshark import tshark_fields
 
@@ -149,10 +151,10 @@ def _tshark_conversations(f: Path) -> dict[frozenset[str], tuple[int, int, int]]
     ends: dict[str, frozenset[str]] = {}
     frames: collections.Counter[str] = collections.Counter()
     nbytes: collections.Counter[str] = collections.Counter()
-    for st, src, sp, dst, dp, ln in tshark_fields(
-        f, "tcp.stream", "ip.src", "tcp.srcport", "ip.dst", "tcp.dstport", "frame.len"
+    for st, src, src6, sp, dst, dst6, dp, ln in tshark_fields(
+        f, "tcp.stream", "ip.src", "ipv6.src", "tcp.srcport", "ip.dst", "ipv6.dst", "tcp.dstport", "frame.len"
     ):
-        ends[st] = frozenset((f"{src}:{sp}", f"{dst}:{dp}"))
+        ends[st] = frozenset((f"{src or src6}:{sp}", f"{dst or dst6}:{dp}"))
         frames[st] += 1
         nbytes[st] += int(ln)
     rtx = collections.Counter(
@@ -162,14 +164,21 @@ def _tshark_conversations(f: Path) -> dict[frozenset[str], tuple[int, int, int]]
 
 
 def _key(connection: object) -> frozenset[str]:
-    a, b = str(connection).split("-")
-    return frozenset((a, b))
+    """The two endpoints of a connection's name, as tshark's fields write them (IPv6 unbracketed)."""
+    return frozenset(e.replace("[", "").replace("]", "") for e in str(connection).split("-"))
 
 
-@pytest.mark.parametrize("f", LISTED, ids=lambda p: "/".join(p.parts[-4:]))
-def test_connection_list_equals_tsharks_conversations(f: Path) -> None:
+@pytest.mark.parametrize("f", [*LISTED, "ipv6.pcapng"], ids=lambda p: "/".join(Path(p).parts[-4:]))
+def test_connection_list_equals_tsharks_conversations(f: Path | str, tmp_path: Path) -> None:
     """Per connection: frames and frame bytes as tshark's conversation table counts them, and the
-    packets tshark's tcp.analysis.retransmission matches; busiest (most bytes) first."""
+    packets tshark's tcp.analysis.retransmission matches; busiest (most bytes) first. Also on the
+    first capture rewritten as IPv6 and saved as pcapng."""
+    if f == "ipv6.pcapng":
+        linktype, snaplen, recs = read_records(LISTED[0])
+        write_pcap(tmp_path / "v6.pcap", linktype, snaplen, to_ipv6(recs))
+        f = tmp_path / "v6.pcapng"
+        subprocess.run(["editcap", "-F", "pcapng", str(tmp_path / "v6.pcap"), str(f)], check=True)
+    f = Path(f)
     _pk, rows = connections(str(f))
     theirs = _tshark_conversations(f)
     assert len(theirs) >= 1
