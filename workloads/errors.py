@@ -1,9 +1,18 @@
-"""How a workload process ends: the one exception type it turns into its single stderr line and
-non-zero exit, and the exit itself."""
+"""How a workload process starts and ends: its job part and log opened (or one stderr line, exit 2),
+the one exception type it turns into its single stderr line and non-zero exit, and the exit itself."""
+
+from __future__ import annotations
 
 import os
 import sys
-from typing import NoReturn
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import NoReturn, Protocol, TypeVar
+
+from runmodel.job import JobSpec
+from runmodel.records import JsonlWriter
 
 # Connecting to the PS may take at least this long whatever --timeout says: N processes importing
 # torch at once on a shared CPU can need many seconds before they even try to connect.
@@ -14,9 +23,57 @@ class WorkloadError(Exception):
     """An expected failure (peer lost, timeout, bad arguments): reported without a traceback."""
 
 
+@dataclass
+class Outcome:
+    """The exit code of a workload process's work: 0, 1 (a WorkloadError) or 130 (interrupted)."""
+
+    code: int = 0
+
+
+@contextmanager
+def failures_reported(who: str) -> Iterator[Outcome]:
+    """Around a process's work: a WorkloadError or a Ctrl-C becomes one stderr line naming `who`
+    and the Outcome's code (1, 130) instead of a traceback."""
+    outcome = Outcome()
+    try:
+        yield outcome
+    except WorkloadError as exc:
+        print(f"{who}: {exc}", file=sys.stderr)
+        outcome.code = 1
+    except KeyboardInterrupt:
+        print(f"{who}: interrupted", file=sys.stderr)
+        outcome.code = 130
+
+
 def exit_flushed(code: int) -> NoReturn:
     """Flush stdout and stderr, then leave without interpreter teardown: a gloo group that failed
     cannot be torn down cleanly (its destructor may block or warn), and every result is written."""
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
+
+
+class _Part(Protocol):
+    log: str
+
+
+P = TypeVar("P", bound=_Part)
+
+
+def open_part(
+    who: str, job_path: Path | str, part: Callable[[JobSpec], P]
+) -> tuple[JobSpec, P, JsonlWriter] | None:
+    """A workload process's start: job.json, this process's `part` of it and the part's log opened.
+    None after one stderr line naming `who` when the job cannot be read or the log opened: the
+    caller exits 2 (bad arguments or files, nothing ran)."""
+    try:
+        job = JobSpec.load(job_path)
+        me = part(job)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        print(f"{who}: cannot read job {job_path}: {exc}", file=sys.stderr)
+        return None
+    try:
+        return job, me, JsonlWriter(Path(me.log))
+    except OSError as exc:
+        print(f"{who}: cannot open log {me.log}: {exc.strerror}", file=sys.stderr)
+        return None

@@ -37,7 +37,7 @@ import torch
 
 from runmodel.job import JobSpec
 from runmodel.records import JsonlWriter, PsDone
-from workloads.errors import STARTUP_GRACE_S, WorkloadError
+from workloads.errors import STARTUP_GRACE_S, WorkloadError, failures_reported, open_part
 from workloads.model import ModelSpec, init_weights, sgd_, shard_bounds
 from workloads.pscore import PSCore
 from workloads.psproto import (
@@ -362,40 +362,28 @@ def _reason(exc: object) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    try:
-        job = JobSpec.load(args.job)
-        me = job.shard(args.shard)
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        print(f"parameter server: cannot read job {args.job}: {exc}", file=sys.stderr)
+    opened = open_part("parameter server", args.job, lambda job: job.shard(args.shard))
+    if opened is None:
         return 2
+    job, me, log = opened
     bind = args.bind or job.ps_bind
     where = f"{bind}:{me.port}" + (f" (shard {me.index} of {len(job.shards)})" if len(job.shards) > 1 else "")
-    try:
-        log = JsonlWriter(Path(me.log))
-    except OSError as exc:
-        print(f"parameter server: cannot open log {me.log}: {exc.strerror}", file=sys.stderr)
-        return 2
     server: ParameterServer | None = None
     try:
-        try:
-            server = ParameterServer(job, log, bind, args.dump_grad, args.shard)
-        except OSError as exc:
-            raise WorkloadError(f"cannot listen on {where}: {exc.strerror}") from None
-        server.run()
-        # async is the only strategy that can finish without some workers
-        lost = sorted(server.core.lost) if job.strategy == "async" else []
-        log.write(PsDone(time.time(), server.core.version, job.world, lost))
-        return 0
-    except WorkloadError as exc:
-        print(f"parameter server {where}: {exc}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        print(f"parameter server {where}: interrupted", file=sys.stderr)
-        return 130
+        with failures_reported(f"parameter server {where}") as outcome:
+            try:
+                server = ParameterServer(job, log, bind, args.dump_grad, args.shard)
+            except OSError as exc:
+                raise WorkloadError(f"cannot listen on {where}: {exc.strerror}") from None
+            server.run()
+            # async is the only strategy that can finish without some workers
+            lost = sorted(server.core.lost) if job.strategy == "async" else []
+            log.write(PsDone(time.time(), server.core.version, job.world, lost))
     finally:
         if server is not None:
             server.close()
         log.close()
+    return outcome.code
 
 
 if __name__ == "__main__":

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import time
 from pathlib import Path
 
@@ -19,7 +18,7 @@ import torch
 from runmodel.job import JobSpec, RankJob
 from runmodel.records import JsonlWriter, StepRecord, WorkerDone
 from workloads.collectives import CollectiveExchange
-from workloads.errors import WorkloadError, exit_flushed
+from workloads.errors import exit_flushed, failures_reported, open_part
 from workloads.exchange import Exchange
 from workloads.model import ModelSpec, init_weights, loss_and_grad, make_batch, shard_bounds
 from workloads.psclient import PSClientExchange, ShardedPSExchange
@@ -90,29 +89,15 @@ def train(job: JobSpec, me: RankJob, log: JsonlWriter, dump_grad: str | None = N
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    try:
-        job = JobSpec.load(args.job)
-        me = job.rank(args.rank)
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        print(f"worker {args.rank}: cannot read job {args.job}: {exc}", file=sys.stderr)
+    opened = open_part(f"worker {args.rank}", args.job, lambda job: job.rank(args.rank))
+    if opened is None:
         return 2
+    job, me, log = opened
     os.environ["GLOO_SOCKET_IFNAME"] = me.ifname
     torch.set_num_threads(args.threads)
-    try:
-        log = JsonlWriter(Path(me.log))
-    except OSError as exc:
-        print(f"worker {me.rank}: cannot open log {me.log}: {exc.strerror}", file=sys.stderr)
-        return 2
-    with log:
-        try:
-            train(job, me, log, args.dump_grad)
-        except WorkloadError as exc:
-            print(f"worker {me.rank}: {exc}", file=sys.stderr)
-            return 1
-        except KeyboardInterrupt:
-            print(f"worker {me.rank}: interrupted", file=sys.stderr)
-            return 130
-    return 0
+    with log, failures_reported(f"worker {me.rank}") as outcome:
+        train(job, me, log, args.dump_grad)
+    return outcome.code
 
 
 if __name__ == "__main__":
