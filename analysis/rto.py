@@ -1,8 +1,9 @@
 """Retransmission timeouts (RTO) and tail loss probes (TLP) seen in a sender-side capture.
 
-tcp.py's `timeout_retransmits` counts retransmitted *segments*; this counts *events*, as the kernel
-counts TcpExtTCPTimeouts and TcpExtTCPLossProbes (tcp_timer.c, tcp_output.c), and how long each
-stalled its flow.
+tcp.py counts retransmitted *segments* (split by dup-ACK evidence, not by timer: `analyze` calls
+the parts retransmits_with_dup_acks / retransmits_without_dup_acks); this counts timer *events*, as
+the kernel counts TcpExtTCPTimeouts and TcpExtTCPLossProbes (tcp_timer.c, tcp_output.c), and how
+long each stalled its flow. `inspect` names a retransmission a timer's only where this finds one.
 
 - RTO: the timer fires at least SRTT + max(RTTVAR, rto_min) after it was armed and resends only the
   head (seq == highest cumulative ACK), then backs off 2*RTO, 4*RTO, ... A head retransmission is an
