@@ -400,9 +400,11 @@ def fabric_session(
         try:
             yield sess
         except ExperimentError as exc:
-            # a worker that could not write its log may be the first to notice a full disk: name the disk
-            if not isinstance(exc, HostFault) and (short := disk_short(workdir)):
-                raise HostFault(f"{short} (first seen as: {exc})") from exc
+            # a process that died of a full disk or of the OOM killer says only that it died: name why
+            if not isinstance(exc, HostFault):
+                oom = fabric.containers.oom_killed() if fabric.containers else None
+                if why := disk_short(workdir) or oom:
+                    raise HostFault(f"{why} (first seen as: {exc})") from exc
             raise
     finally:
         with INTERRUPTS.shielded():

@@ -25,7 +25,9 @@ from incastlab.cleanup import find_leftovers
 from incastlab.session import restart_vswitchd, vswitchd_pid
 from tests.conftest import run_cli
 from tests.running import Running
+from tests.test_containers_integration import token, worker_image  # noqa: F401 - a fixture
 from tests.test_faults_integration import assert_readable_incomplete_run, run_dir
+from topologies.containers import docker_bin
 
 pytestmark = pytest.mark.integration
 SHORT = ["--workers", "3", "--capture", "ps-port"]
@@ -156,3 +158,35 @@ def test_a_full_results_disk_stops_the_run_and_nothing_says_complete(clean_host,
         assert not summary.exists() or json.loads(summary.read_text())["complete"] is False
         (disk / "filler").unlink()  # the user frees space, then rebuilds the report
         assert_readable_incomplete_run(folder, summary_expected=False)
+
+
+def test_a_worker_over_its_memory_limit_is_named_oom_killed(worker_image, clean_host, tmp_path):  # noqa: F811
+    """h3 (worker 1) in a container limited to 64 MiB: PyTorch does not fit, the kernel's OOM killer
+    kills it. The run ends with exit 1 and one line naming the OOM killer, the container and its
+    limit, from the kernel's own count; Docker's own record (its `oom` event) agrees."""
+    events = subprocess.Popen(
+        [docker_bin() or "docker", "events", "--format", "{{.Status}} {{.Actor.Attributes.name}}"]
+        + ["--filter", "event=oom", "--filter", f"label=incastlab.run={token()}"],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={k: v for k, v in os.environ.items() if k != "INCASTLAB_RUN"},  # not one of the run's
+    )
+    try:
+        proc = run_cli(
+            ["compare", "--runtime", "docker", "--strategies", "ring", "--steps", "4", *SHORT]
+            + ["--straggler", "h3:mem_mb=64", "--results", str(tmp_path)],
+            timeout=600,
+        )
+    finally:
+        events.terminate()
+        seen, _ = events.communicate(timeout=10)
+    print(f"docker events: {seen!r}\n{proc.stderr[-2500:]}")
+    assert proc.returncode == 1, proc.stderr[-2500:]
+    errors = error_lines(proc.stderr)
+    assert len(errors) == 1, errors
+    assert "OOM killer" in errors[0] and "incastlab-h3 (memory limit 64 MiB, oom_kill " in errors[0], errors
+    assert "oom incastlab-h3" in seen.splitlines(), "Docker's own record names the same container"
+    assert find_leftovers().empty(), f"left {find_leftovers().describe()}"
+    status = json.loads((run_dir(tmp_path) / "ring" / "status.json").read_text())
+    assert status["state"] == "failed", status
+    assert_readable_incomplete_run(run_dir(tmp_path))

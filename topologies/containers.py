@@ -153,6 +153,33 @@ def cpus_for_share(share: float) -> float:
     return share * (os.cpu_count() or 1)
 
 
+def oom_kills(pid: int) -> int | None:
+    """How many processes the kernel's OOM killer has killed in the memory cgroup of process `pid` (a
+    container's main process): the kernel's own count, `oom_kill` in memory.oom_control (cgroup v1)
+    or memory.events (v2). None when it cannot be read."""
+    try:
+        lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        if "memory" in controllers.split(","):
+            file = Path("/sys/fs/cgroup/memory" + path) / "memory.oom_control"
+        elif controllers == "":
+            file = Path("/sys/fs/cgroup" + path) / "memory.events"
+        else:
+            continue
+        try:
+            text = file.read_text()
+        except OSError:
+            continue
+        for row in text.splitlines():
+            key, _, value = row.partition(" ")
+            if key == "oom_kill":
+                return int(value)
+    return None
+
+
 # -- one container ------------------------------------------------------------------------------------
 @dataclass
 class Container:
@@ -409,6 +436,20 @@ class ContainerSet:
                 f"{len(self.containers)} containers up in {time.monotonic() - t0:.1f} s "
                 f"({', '.join(images)}; `docker ps --filter label={RUN_LABEL}={self.run}`)"
             )
+
+    def oom_killed(self) -> str | None:
+        """One line naming the containers in which the kernel's OOM killer killed a process, with
+        their memory limits and the kernel's counts (oom_kills), or None when it killed nothing."""
+        hit = [(c, n) for c in self.containers.values() if c.pid and (n := oom_kills(c.pid))]
+        if not hit:
+            return None
+        said = ", ".join(
+            f"{c.name} (memory limit {c.limits.memory_mb:g} MiB, oom_kill {n})"
+            if c.limits.memory_mb is not None
+            else f"{c.name} (oom_kill {n})"
+            for c, n in hit
+        )
+        return f"the kernel's OOM killer killed a process over its container's memory limit in {said}"
 
     def stop(self) -> None:
         """Remove the run's containers: those started here, and any other carrying the run's label."""
