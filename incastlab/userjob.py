@@ -11,6 +11,11 @@ the host's fabric interface (and PYTHONUNBUFFERED=1, so a line reaches us when i
 stdout and stderr go to worker-<rank>.stdout / .stderr; the moment each `step K` line of its stdout is
 read goes to worker-<rank>.step_lines.jsonl.
 
+The folder the user runs `incastlab job` from is mounted read-only at its own path in each job
+container and is the command's working directory, so `incastlab job --image IMAGE -- python3
+train.py` runs the user's train.py without building an image (the run folder, mounted read-write
+too, is where it may write).
+
 The script logs nothing incastlab reads, so after the job its steps are read off each worker's own
 capture (analysis.rhythm), cut where its step lines were read when it prints one a step, and written
 as the strategy's worker-<rank>.jsonl, with the losses the script printed (lines with
@@ -134,11 +139,19 @@ class JobProc:
 class JobLauncher:
     """The job's containers, one per worker host (the Launcher of the built-in strategies' role)."""
 
-    def __init__(self, fabric: Any, folder: StrategyFolder, job: JobSpec, cfg: ExperimentConfig) -> None:
+    def __init__(
+        self,
+        fabric: Any,
+        folder: StrategyFolder,
+        job: JobSpec,
+        cfg: ExperimentConfig,
+        source: Path | None = None,
+    ) -> None:
         self.fabric = fabric
         self.folder = folder
         self.job = job
         self.cfg = cfg
+        self.source = (source or Path.cwd()).resolve()  # the user's folder: read-only, the command's cwd
         self.procs: list[Tracked] = []
         self.popens: list[JobProc] = []
 
@@ -173,6 +186,8 @@ class JobLauncher:
             args += ["-e", f"{k}={v}"]
         for m in host_box.mounts:
             args += ["-v", f"{m}:{m}"]
+        if self.source != Path("/"):  # never the container's own root
+            args += ["-v", f"{self.source}:{self.source}:ro", "-w", str(self.source)]
         return args + [self.cfg.job_image, *self.cfg.job_command]
 
     def start(self) -> list[Tracked]:
