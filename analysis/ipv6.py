@@ -37,16 +37,25 @@ def _intern_one(raw: bytes) -> int:
 def intern(addrs: np.ndarray) -> np.ndarray:
     """int64 ids of an array of 16-byte addresses (dtype V16), one per element.
 
-    The few distinct addresses are found by sorting a 64-bit mix of the two halves; a mix that
-    two different addresses share (never seen in practice) falls back to sorting the bytes.
+    The few distinct addresses are found by a 64-bit mix of the two halves: the distinct mixes of
+    the first packets, a binary search of every packet's among them, a sort of the rest only if
+    some are not; a mix that two different addresses share (never seen in practice) falls back to
+    sorting the bytes.
     """
-    if addrs.shape[0] == 0:
+    n = addrs.shape[0]
+    if n == 0:
         return np.zeros(0, dtype=np.int64)
-    halves = np.ascontiguousarray(addrs).view(">u8").reshape(-1, 2).astype(np.uint64)
+    halves = np.ascontiguousarray(addrs).view(">u8").reshape(-1, 2)
     with np.errstate(over="ignore"):
-        key = halves[:, 0] * np.uint64(0x9E3779B97F4A7C15) ^ halves[:, 1]
-    uniq, first, inv = np.unique(key, return_index=True, return_inverse=True)
-    inv = inv.ravel()
+        key = halves[:, 0].astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15) ^ halves[:, 1].astype(np.uint64)
+    uniq = np.unique(key[:4096])  # a capture's first packets name most of its hosts
+    inv = np.minimum(np.searchsorted(uniq, key), uniq.shape[0] - 1)
+    miss = uniq[inv] != key
+    if miss.any():
+        uniq = np.unique(np.concatenate([uniq, key[miss]]))
+        inv = np.searchsorted(uniq, key)
+    first = np.empty(uniq.shape[0], dtype=np.int64)
+    first[inv[::-1]] = np.arange(n - 1, -1, -1)  # the last write wins: each one's first element
     if not np.array_equal(halves, halves[first[inv]]):
         _u, first, inv = np.unique(halves, axis=0, return_index=True, return_inverse=True)
         inv = inv.ravel()

@@ -586,9 +586,10 @@ def _decode_v6(
     o, a = offs[six], l3[six]
     pos, ok = ipv6.tcp_offset(buf, o, a, end[six])
     ihl[six] = pos - a
-    key = a * (1 << 24) + (pos - a)
-    for k in np.unique(key[ok]).tolist():
-        sel = np.flatnonzero(ok & (key == k))
+    key = np.where(ok, a * (1 << 24) + (pos - a), -1)
+    one = key.shape[0] and int(key.min()) == int(key.max()) >= 0  # the usual: one layout for all
+    for k in [int(key[0])] if one else np.unique(key[ok]).tolist():
+        sel = np.arange(key.shape[0]) if one else np.flatnonzero(key == k)
         at, hl = k >> 24, k & ((1 << 24) - 1)
         fields: _Spec = {n: (fm, at + off, t) for n, (fm, off, t) in _IP6_FIELDS.items()}
         fields.update({n: (fm, at + hl + off, t) for n, (fm, off, t) in _TCP_FIELDS.items()})
