@@ -43,12 +43,12 @@ from workloads.pscore import PSCore
 from workloads.psproto import (
     Header,
     Kind,
-    PeerClosed,
     ProtocolError,
     as_bytes,
     recv_f32,
     recv_header,
     send_msg,
+    why_lost,
 )
 
 POLL_S = 0.2
@@ -307,9 +307,9 @@ class ParameterServer:
             if kind == "lost":
                 if rank in self.core.done:
                     continue
-                why = "closed" if isinstance(obj, PeerClosed) else str(obj)
+                why = why_lost(obj)
                 failure = f"lost connection to worker {rank} ({c.peer}) at step {self._step_of(rank)}: {why}"
-                self._lose(rank, _reason(obj), failure)
+                self._lose(rank, why, failure)
                 continue
             try:
                 if kind == "bye":
@@ -343,21 +343,6 @@ class ParameterServer:
             with contextlib.suppress(OSError):
                 c.sock.shutdown(socket.SHUT_RDWR)
             c.sock.close()
-
-
-def _reason(exc: object) -> str:
-    """A short reason for a broken connection, for the worker_lost record and the stderr line."""
-    if isinstance(exc, PeerClosed):
-        return "connection closed"
-    if isinstance(exc, ConnectionResetError):
-        return "connection reset"
-    if isinstance(exc, BrokenPipeError):
-        return "broken pipe"
-    if isinstance(exc, ProtocolError):
-        return f"protocol error: {exc}"
-    if isinstance(exc, OSError) and exc.strerror:
-        return exc.strerror
-    return str(exc) or type(exc).__name__
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -19,13 +19,13 @@ from workloads.exchange import ExchangeStats
 from workloads.psproto import (
     Header,
     Kind,
-    PeerClosed,
     ProtocolError,
     as_bytes,
     recv_f32,
     recv_header,
     recv_text,
     send_msg,
+    why_lost,
 )
 
 CONNECT_RETRY_S = 0.2
@@ -49,10 +49,7 @@ class PSClientExchange:
             return WorkloadError(f"no reply from {self.where} within {self.timeout:g} s {when}")
         if isinstance(exc, ProtocolError):
             return WorkloadError(f"{self.where} broke the protocol {when}: {exc}")
-        detail = ""
-        if isinstance(exc, OSError) and not isinstance(exc, PeerClosed):
-            detail = f" ({exc.strerror or exc})"
-        return WorkloadError(f"lost connection to {self.where} {when}{detail}")
+        return WorkloadError(f"lost connection to {self.where} {when} ({why_lost(exc)})")
 
     def _recv_header(self, when: str) -> Header:
         assert self.sock is not None

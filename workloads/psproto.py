@@ -45,6 +45,22 @@ class PeerClosed(ConnectionError):
     """The peer closed the connection (EOF), possibly mid-message."""
 
 
+def why_lost(exc: object) -> str:
+    """A short reason for a broken connection, for the PS's worker_lost record and either side's
+    one-line error: "connection closed", "connection reset", "protocol error: ...", the OS's words."""
+    if isinstance(exc, PeerClosed):
+        return "connection closed"
+    if isinstance(exc, ConnectionResetError):
+        return "connection reset"
+    if isinstance(exc, BrokenPipeError):
+        return "broken pipe"
+    if isinstance(exc, ProtocolError):
+        return f"protocol error: {exc}"
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror
+    return str(exc) or type(exc).__name__
+
+
 @dataclass(frozen=True)
 class Header:
     kind: Kind
