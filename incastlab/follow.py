@@ -96,25 +96,20 @@ class Check:
         return max(self.done.values(), default=0)
 
 
+@dataclass(eq=False)
 class Follower:
     """Judges a strategy's processes: finished, still going, or failed (raises ExperimentError)."""
 
-    def __init__(
-        self,
-        strategy: str,
-        procs: list[Tracked],
-        steps_done: Callable[[], dict[int, int]],
-        carry_on_without_workers: bool = False,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self.strategy = strategy
-        self.procs = procs
-        self.steps_done = steps_done
-        self.carry_on = carry_on_without_workers
-        self.clock = clock
-        self.killed: dict[int, str] = {}  # rank -> the fault that killed it
-        self.lost: dict[int, str] = {}  # rank -> why the run goes on without it (async)
-        self.dead_since: dict[int, float] = {}  # index in procs -> when first seen dead
+    strategy: str
+    procs: list[Tracked]
+    steps_done: Callable[[], dict[int, int]]
+    carry_on_without_workers: bool = False
+    clock: Callable[[], float] = time.monotonic
+    killed: dict[int, str] = field(default_factory=dict, init=False)  # rank -> the fault that killed it
+    # rank -> why the run goes on without it (async)
+    lost: dict[int, str] = field(default_factory=dict, init=False)
+    # index in procs -> when first seen dead
+    dead_since: dict[int, float] = field(default_factory=dict, init=False)
 
     def mark_killed(self, rank: int, fault: str) -> None:
         """A fault is about to kill this worker: name the fault, not the crash, as the cause."""
@@ -135,7 +130,7 @@ class Follower:
                 self.dead_since.setdefault(k, now)
         failed = [(k, p, c) for k, (p, c) in enumerate(codes) if c not in (None, 0)]
         result = Check(done=done, finished=False)
-        if self.carry_on:
+        if self.carry_on_without_workers:
             for _k, p, code in failed:
                 if p.role == "worker" and p.rank not in self.lost:
                     why = self._why(p, code)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
 from capture.counters import counter_deltas, read_host_counters
@@ -21,6 +22,7 @@ from runmodel.folder import StrategyFolder
 from runmodel.records import HostCounters, read_jsonl, write_json, write_jsonl
 
 
+@dataclass(eq=False)
 class Recorder:
     """Starts and stops the measurements of one run's window around its processes.
 
@@ -30,34 +32,22 @@ class Recorder:
     every host. `controller_interval` set: the controller's samples of the window are saved too.
     """
 
-    def __init__(
-        self,
-        session: Any,
-        folder: StrategyFolder,
-        say: Callable[[str], None],
-        *,
-        port: str,
-        port_point: str,
-        hosts: list[str],
-        capture: str,
-        snaplen: int,
-        queue_sample_ms: float,
-        controller_interval: float | None = None,
-    ) -> None:
-        self.s = session
-        self.folder = folder
-        self.say = say
-        self.port = port
-        self.port_point = port_point
-        self.hosts = hosts
-        self.capture = capture
-        self.snaplen = snaplen
-        self.queue_sample_ms = queue_sample_ms
-        self.controller_interval = controller_interval
-        self.captures: PcapCapture | None = None
-        self.sampler: QueueSampler | None = None
-        self.cpu: CpuSampler | None = None
-        self.before: dict[str, HostCounters] = {}
+    session: Any
+    folder: StrategyFolder
+    say: Callable[[str], None]
+    _: KW_ONLY
+    port: str
+    port_point: str
+    hosts: list[str]
+    capture: str
+    snaplen: int
+    queue_sample_ms: float
+    controller_interval: float | None = None
+    # what start() starts and stop() ends, and the kernel counters before the window
+    captures: PcapCapture | None = field(default=None, init=False)
+    sampler: QueueSampler | None = field(default=None, init=False)
+    cpu: CpuSampler | None = field(default=None, init=False)
+    before: dict[str, HostCounters] = field(default_factory=dict, init=False)
 
     @classmethod
     def for_strategy(
@@ -83,12 +73,15 @@ class Recorder:
         )
 
     def _counters(self) -> dict[str, HostCounters]:
-        return {h: read_host_counters(h, self.s.fabric.host(h).shell.pid) for h in self.s.plan.host_names}
+        return {
+            h: read_host_counters(h, self.session.fabric.host(h).shell.pid)
+            for h in self.session.plan.host_names
+        }
 
     def start(self) -> None:
         """Kernel counters before; the queue sampler, the port's first; tcpdump on the capture points."""
         self.before = self._counters()
-        ports = [self.port] + sorted(p for p in self.s.plan.port_names() if p != self.port)
+        ports = [self.port] + sorted(p for p in self.session.plan.port_names() if p != self.port)
         self.sampler = QueueSampler(
             ports, self.folder.queue_depth_file, interval=self.queue_sample_ms / 1000.0
         )
@@ -103,7 +96,10 @@ class Recorder:
             for h in self.hosts:
                 points.append(
                     CapturePoint(
-                        h, self.s.plan.host(h).nic, self.folder.pcap(h), popen=self.s.fabric.host(h).popen
+                        h,
+                        self.session.plan.host(h).nic,
+                        self.folder.pcap(h),
+                        popen=self.session.fabric.host(h).popen,
                     )
                 )
         self.captures = PcapCapture(points, snaplen=self.snaplen, base_dir=self.folder.path)
@@ -141,7 +137,7 @@ class Recorder:
 
     def _wait_final_poll(self, t_end: float, interval: float) -> None:
         """Wait until the controller has polled the counters once after the processes ended."""
-        ctl = self.s.controller
+        ctl = self.session.controller
         deadline = time.monotonic() + 3 * interval + 2.0
         while ctl.alive() and time.monotonic() < deadline:
             try:
@@ -153,7 +149,7 @@ class Recorder:
 
     def _save_controller_samples(self, since: float) -> None:
         """The controller's rows of this strategy's window (from its record, which survives restarts)."""
-        ctl = self.s.controller
+        ctl = self.session.controller
         try:
             if ctl.record is not None and ctl.record.exists():
                 rows = [r for r in read_jsonl(ctl.record) if r.get("t", 0) > since]

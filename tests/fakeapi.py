@@ -16,6 +16,7 @@ import mimetypes
 import threading
 import time
 from collections import deque
+from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -30,38 +31,35 @@ MODES = ("ok", "down", "frozen", "error")
 PORT_COUNTERS = tuple(f for f in PORT_FIELDS if not f.endswith("_errors"))
 
 
+@dataclass(eq=False)
 class FakeFabric:
     """S spines, L leaves, H hosts per leaf, named and numbered as DESIGN.md says."""
 
-    def __init__(
-        self,
-        spines: int = 2,
-        leaves: int = 4,
-        hosts_per_leaf: int = 2,
-        rate_mbit: float = 50.0,
-        ps_host: str = "h1",
-        min_interval: float = 0.25,
-        history_s: float = 180.0,
-    ) -> None:
-        self.spines = spines
-        self.leaves = leaves
-        self.hosts_per_leaf = hosts_per_leaf
-        self.rate_mbit = rate_mbit
-        self.ps_host = ps_host
-        self.min_interval = min_interval
-        self.history_s = history_s
-        self.ps_dropping = False
-        self.phase: dict[str, Any] = {"strategy": None, "step": 0, "steps": 0, "state": "idle"}
-        self.lock = threading.Lock()
-        self.tick_count = 0
-        self.t = time.time()
-        self.samples: deque[dict[str, Any]] = deque()
+    spines: int = 2
+    leaves: int = 4
+    hosts_per_leaf: int = 2
+    rate_mbit: float = 50.0
+    ps_host: str = "h1"
+    min_interval: float = 0.25
+    history_s: float = 180.0
+    ps_dropping: bool = field(default=False, init=False)
+    phase: dict[str, Any] = field(
+        default_factory=lambda: {"strategy": None, "step": 0, "steps": 0, "state": "idle"}, init=False
+    )
+    lock: threading.Lock = field(default_factory=threading.Lock, init=False)
+    tick_count: int = field(default=0, init=False)
+    t: float = field(default_factory=time.time, init=False)
+    samples: deque[dict[str, Any]] = field(default_factory=deque, init=False)
+
+    def __post_init__(self) -> None:
+        """The wiring and zeroed counters, and the first sample."""
+        spines, leaves = self.spines, self.leaves
         # (switch, port) -> peer name; ports in DESIGN.md order
         self.port_peers: dict[tuple[str, int], str] = {}
         for j in range(1, leaves + 1):
             for i in range(1, spines + 1):
                 self.port_peers[(f"lf{j}", i)] = f"sp{i}"
-            for k in range(1, hosts_per_leaf + 1):
+            for k in range(1, self.hosts_per_leaf + 1):
                 self.port_peers[(f"lf{j}", spines + k)] = self.host_name(j, k)
         for i in range(1, spines + 1):
             for j in range(1, leaves + 1):
@@ -70,7 +68,7 @@ class FakeFabric:
             key: dict.fromkeys((*PORT_COUNTERS, "tx_bps", "rx_bps", "q_drops", "q_dps"), 0.0)
             for key in self.port_peers
         }
-        ps = self.host(ps_host)
+        ps = self.host(self.ps_host)
         self.ps_port = (ps["leaf"], ps["port"])
         self._sample(self.t)
 
