@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from runmodel.config import (
     CONGESTION_CONTROLS,
@@ -341,6 +341,8 @@ class ServerSet(JsonFile):
     """<run>/<curve>/servers.json: every server process of one curve (started after its TCP settings,
     so its sockets take them: a socket reads the minimum RTO when it is created)."""
 
+    NESTED: ClassVar[dict[str, type]] = {"servers": ServerAddr}
+
     sru_bytes: int
     servers: tuple[ServerAddr, ...]
     log_dir: str
@@ -356,21 +358,12 @@ class ServerSet(JsonFile):
         """The server's log: one line when it listens, one per connection when it closes."""
         return Path(self.log_dir) / f"server-{host}.jsonl"
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, doc: dict[str, Any]) -> ServerSet:
-        return cls(
-            sru_bytes=int(doc["sru_bytes"]),
-            servers=tuple(ServerAddr(**s) for s in doc["servers"]),
-            log_dir=str(doc["log_dir"]),
-        )
-
 
 @dataclass(frozen=True)
 class ClientJob(JsonFile):
     """<point>/job.json: what the client of one point does."""
+
+    NESTED: ClassVar[dict[str, type]] = {"servers": ServerAddr}
 
     client: str
     servers: tuple[ServerAddr, ...]
@@ -379,15 +372,6 @@ class ClientJob(JsonFile):
     max_concurrent: int  # 0: all at once
     timeout: float
     log: str
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, doc: dict[str, Any]) -> ClientJob:
-        doc = dict(doc)
-        doc["servers"] = tuple(ServerAddr(**s) for s in doc["servers"])
-        return cls(**doc)
 
 
 # -- what the client logs: <point>/client.jsonl ------------------------------------------------------

@@ -61,18 +61,32 @@ def write_json(path: Path, doc: Any) -> None:
 
 class JsonFile:
     """A document the runner hands a process as one JSON file (job.json, servers.json): write() it
-    strictly and atomically, load() it back. The subclass gives to_dict() and from_dict()."""
+    strictly and atomically, load() it back. The subclass is a dataclass; NESTED names its fields
+    that hold a tuple of dataclasses (field -> the element's class), which from_dict() rebuilds."""
+
+    NESTED: ClassVar[dict[str, type]] = {}
+
+    def to_dict(self) -> dict[str, Any]:
+        """The document: the dataclass's fields."""
+        doc: Any = self
+        return asdict(doc)
+
+    @classmethod
+    def from_dict(cls, doc: dict[str, Any]) -> Self:
+        """From the document (a NESTED field that is missing: an empty tuple)."""
+        doc = dict(doc)
+        for name, element in cls.NESTED.items():
+            doc[name] = tuple(element(**x) for x in doc.get(name, ()))
+        return cls(**doc)
 
     def write(self, path: Path) -> None:
         """Write the file."""
-        doc: Any = self
-        write_json(path, doc.to_dict())
+        write_json(path, self.to_dict())
 
     @classmethod
     def load(cls, path: Path) -> Self:
         """Read the file (OSError, ValueError as they come: the reader reports them)."""
-        kind: Any = cls
-        return kind.from_dict(json.loads(Path(path).read_text()))
+        return cls.from_dict(json.loads(Path(path).read_text()))
 
 
 def read_json(path: Path, problems: list[str] | None = None) -> Any:
