@@ -112,7 +112,8 @@ def _v6_delivered(path: Path, dst: str) -> int:
 
 def _hand_built(cap: Path, path: Path) -> int:
     """A pcapng file of the capture's packets that editcap never writes: two sections (little- and
-    big-endian); in the first two Ethernet interfaces (microseconds; nanoseconds) taking turns,
+    big-endian); in the first two Ethernet interfaces (microseconds; nanoseconds and an offset of
+    an hour, if_tsoffset) taking turns,
     some obsolete packet blocks, a comment option, statistics and unknown blocks; in the second an
     interface of another link type that is skipped, and raw IPv6 at 2^-20 s resolution, the last
     packets left out. Returns how many frames were written (packets and custom blocks, which
@@ -121,10 +122,10 @@ def _hand_built(cap: Path, path: Path) -> int:
     assert lt == 1
     half = len(recs) // 2
     le, be = "<", ">"
-    out = [pw.shb(le), pw.idb(le, 1, snap), pw.idb(le, 1, snap, tsresol=9)]
+    out = [pw.shb(le), pw.idb(le, 1, snap), pw.idb(le, 1, snap, tsresol=9, tsoffset=3600)]
     for i, r in enumerate(recs[:half]):
         iface = i % 2
-        ts = pw.in_units(r.ts_ns, 9 if iface else None)
+        ts = pw.in_units(r.ts_ns - 3600 * 10**9, 9) if iface else pw.in_units(r.ts_ns, None)
         if i % 11 == 5:
             out.append(pw.obsolete_pb(le, iface, ts, r.data, r.wire))
         else:
@@ -214,3 +215,12 @@ def test_malformed_pcapng_one_line(tmp_path: Path, capsys: pytest.CaptureFixture
     assert "names interface 3" in _errline(capsys, corrupt("if.pcapng", epb + 8, b"\3\0\0\0"))
     assert "captured length" in _errline(capsys, corrupt("cap.pcapng", epb + 20, b"\xff\xff\0\0"))
     assert "length 13" in _errline(capsys, corrupt("len.pcapng", epb + 4, b"\x0d\0\0\0"))
+
+
+def test_help_says_pcapng_and_ipv6(capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue #30: --help tells that pcapng (and IPv6) is read."""
+    assert cli_main(["analyze", "--help"]) == 0
+    out = capsys.readouterr().out
+    assert "pcapng" in out and "IPv6" in out
+    assert cli_main(["inspect", "--help"]) == 0
+    assert "pcapng" in capsys.readouterr().out
