@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import os
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
@@ -75,12 +76,9 @@ def train(job: JobSpec, me: RankJob, log: JsonlWriter, dump_grad: str | None = N
                 t_start=t_start,
                 t_end=time.time(),
                 compute_s=compute_s,
-                comm_s=stats.comm_s,
-                wait_s=stats.wait_s,
-                bytes_sent=stats.bytes_sent,
-                bytes_recv=stats.bytes_recv,
                 loss=loss,
                 samples=job.batch,
+                **asdict(stats),  # the exchange's numbers are the record's fields of the same names
             )
         )
     ex.close()
