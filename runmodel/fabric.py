@@ -172,12 +172,9 @@ class PortRef:
 
 
 @dataclass(frozen=True)
-class SwitchPort:
+class SwitchPort(PortRef):
     """A switch port of the plan and what is on its other end."""
 
-    switch: str
-    port: int
-    name: str
     peer: str
     kind: str  # "uplink" (toward a spine or a leaf) or "host" (a leaf's port toward a host)
     rate_mbit: float
