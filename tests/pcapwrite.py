@@ -155,3 +155,27 @@ def in_units(ts_ns: int, tsresol: int | None) -> int:
     if r & 0x80:
         return (ts_ns << (r & 0x7F)) // 10**9
     return ts_ns * 10**r // 10**9
+
+
+def relink(recs: list[Record], linktype: int) -> list[Record]:
+    """Ethernet records re-framed for another link type (the IP packet unchanged): 0 BSD loopback
+    (address family in little-endian: 2, or 30 for IPv6 as macOS writes it), 101 raw IP, 113
+    Linux cooked SLL, 229 raw IPv6 (IPv6 records only), 276 SLL2, or 1 with an 802.1Q tag."""
+    out = []
+    for r in recs:
+        et, l3 = r.data[12:14], r.data[14:]
+        six = et == b"\x86\xdd"
+        if linktype == 0:
+            head = struct.pack("<I", 30 if six else 2)
+        elif linktype in (101, 229):
+            head = b""
+        elif linktype == 113:
+            head = struct.pack("!HHH8s", 0, 1, 6, b"\0" * 8) + et
+        elif linktype == 276:
+            head = et + struct.pack("!HIHBB8s", 0, 2, 1, 0, 6, b"\0" * 8)
+        else:
+            head = r.data[:12] + b"\x81\x00\x00\x05" + et
+        if linktype == 229 and not six:
+            continue
+        out.append(Record(r.ts_ns, head + l3, r.wire - 14 + len(head)))
+    return out

@@ -49,7 +49,7 @@ def _same_as_tshark(path: Path) -> None:
     rows = tshark_fields(
         path, "frame.number", "frame.time_epoch", "tcp.srcport", "tcp.seq_raw", "tcp.len", display="tcp"
     )
-    assert len(rows) == len(p) > 50
+    assert len(rows) == len(p) > 40
     want = np.array([[int(r[0]), int(r[2]), int(r[3]), int(r[4])] for r in rows], dtype=np.int64)
     got = np.stack([p.frame, p.sport.astype(np.int64), p.seq.astype(np.int64), p.plen], axis=1)
     assert np.array_equal(got, want)
@@ -113,8 +113,8 @@ def _v6_delivered(path: Path, dst: str) -> int:
 def _hand_built(cap: Path, path: Path) -> int:
     """A pcapng file of the capture's packets that editcap never writes: two sections (little- and
     big-endian); in the first two Ethernet interfaces (microseconds; nanoseconds and an offset of
-    an hour, if_tsoffset) taking turns,
-    some obsolete packet blocks, a comment option, statistics and unknown blocks; in the second an
+    an hour, if_tsoffset) taking turns, some obsolete packet blocks, a comment option, statistics
+    and unknown blocks; in the second an
     interface of another link type that is skipped, and raw IPv6 at 2^-20 s resolution, the last
     packets left out. Returns how many frames were written (packets and custom blocks, which
     Wireshark numbers as frames too)."""
@@ -224,3 +224,17 @@ def test_help_says_pcapng_and_ipv6(capsys: pytest.CaptureFixture[str]) -> None:
     assert "pcapng" in out and "IPv6" in out
     assert cli_main(["inspect", "--help"]) == 0
     assert "pcapng" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("linktype", [0, 101, 113, 229, 276, 1])
+def test_ipv6_on_every_link_type(tmp_path: Path, linktype: int) -> None:
+    """IPv6 (mixed with IPv4) behind every link layer the reader knows, and behind a VLAN tag
+    (linktype 1 here: Ethernet with 802.1Q): every packet as tshark reads it."""
+    lt, snap, recs = pw.read_records(CAPTURES[1])
+    mixed = [
+        r6 if i % 2 else r4
+        for i, (r4, r6) in enumerate(zip(recs, pw.to_ipv6(recs, ext_every=5), strict=True))
+    ]
+    f = tmp_path / f"lt{linktype}.pcap"
+    pw.write_pcap(f, linktype, snap + 60, pw.relink(mixed, linktype))
+    _same_as_tshark(f)
