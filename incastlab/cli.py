@@ -37,11 +37,18 @@ def say(msg: str) -> None:
     print(f"[incastlab {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
+def one_line(text: str) -> str:
+    """`text` with every character a terminal or str.splitlines would break at (newlines, form feeds,
+    U+2028...) and every other unprintable one written as its escape: a message quoting what the user
+    typed (argparse quotes unknown arguments as given) stays one line."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
 class Parser(argparse.ArgumentParser):
     """argparse whose errors are one line: `incastlab compare: error: ...`, exit 2."""
 
     def error(self, message: str) -> NoReturn:
-        print(f"{self.prog}: error: {message}", file=sys.stderr)
+        print(one_line(f"{self.prog}: error: {message}"), file=sys.stderr)
         raise SystemExit(EXIT_USAGE)
 
 
@@ -599,7 +606,7 @@ def _main(argv: list[str]) -> int:
     try:
         args = build_parser().parse_args(argv)
     except ParamError as exc:  # a shipped scenario that does not load
-        print(f"incastlab: {exc}", file=sys.stderr)
+        print(one_line(f"incastlab: {exc}"), file=sys.stderr)
         return EXIT_USAGE
     except SystemExit as exc:  # --help, or a usage error already printed in one line
         return int(exc.code or 0) if not isinstance(exc.code, str) else EXIT_USAGE
@@ -617,7 +624,7 @@ def _main(argv: list[str]) -> int:
         ContainerError,
         ImageError,
     ) as exc:
-        print(f"incastlab {args.command}: {exc}", file=sys.stderr)
+        print(one_line(f"incastlab {args.command}: {exc}"), file=sys.stderr)
         return EXIT_USAGE
 
 

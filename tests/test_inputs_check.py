@@ -235,3 +235,13 @@ def test_ctrl_c_during_analyze_says_interrupted_and_nothing_of_a_fabric():
         code, _ = run.wait_exit(guard=30)
     assert code == 130, run.tail()
     assert one_line(run.text("stderr")) == "incastlab analyze: interrupted"
+
+
+@pytest.mark.parametrize("typed", ["--bogus=a\nb", "--steps=\x0c", "--strategies=ps\u2028x", "--name=a\rb"])
+def test_an_error_quoting_a_line_break_the_user_typed_stays_one_line(tmp_path, typed):
+    """argparse quotes unknown arguments as given: a newline in one split the message (found by
+    tests/test_fuzz_inputs.py); every such character is now written as its escape."""
+    done = run_cli(["check", "compare", typed, "--results", str(tmp_path / "r")])
+    assert done.returncode == 2
+    line = one_line(done.stderr)
+    assert line.startswith("incastlab") and repr(typed.split("=", 1)[1])[1:-1] in line
