@@ -114,6 +114,12 @@ def draw_gaps(ax: Any, by_strategy: dict[str, list[dict[str, float]]]) -> None:
             )
 
 
+def binned_rate(ax: Any, bin_starts: list[float], per_bin: list[float], color: str, label: str) -> None:
+    """A strategy's rate from its captures, one value per time bin given by the bin's start: drawn as
+    steps that hold each value over its bin (unlike the controller's polls, stamped at their end)."""
+    ax.step(bin_starts, per_bin, where="post", color=color, lw=1.1, label=label)
+
+
 def legend(ax: Any, **kw: Any) -> None:
     """A small legend, only when the axes have something labelled."""
     if ax.get_legend_handles_labels()[0]:

@@ -7,7 +7,7 @@ from typing import Any
 
 from matplotlib.figure import Figure
 
-from report.figures.base import TIME_LABEL, canvas, draw_gaps, draw_marks
+from report.figures.base import TIME_LABEL, binned_rate, canvas, draw_gaps, draw_marks
 from report.series import Mark
 
 RTO_COLOR, TLP_COLOR = "#c00000", "#555555"
@@ -108,14 +108,8 @@ def drops_retx_figure(
         title = f"{name}: {fab['total']:.0f} queue drops"
         if retx is not None and name in retx:
             r = retx[name]
-            ax.step(
-                r["t"],
-                r["retransmits_per_s"],
-                where="post",
-                color=color[name],
-                lw=1.1,
-                label=f"retransmissions / s (captures, {int(r['bin_s'] * 1000)} ms bins)",
-            )
+            label = f"retransmissions / s (captures, {int(r['bin_s'] * 1000)} ms bins)"
+            binned_rate(ax, r["t"], r["retransmits_per_s"], color[name], label)
             title += f", {r['retransmits_total']} retransmissions"
         ev = rto.get(name, [])
         timeouts = [e["t"] for e in ev if e["kind"] != "tlp"]

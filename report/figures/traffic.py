@@ -8,7 +8,7 @@ from typing import Any
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from report.figures.base import DPI, TIME_LABEL, WIDTH, canvas, draw_marks, legend, wrap_name
+from report.figures.base import DPI, TIME_LABEL, WIDTH, binned_rate, canvas, draw_marks, legend, wrap_name
 from report.series import Mark
 
 
@@ -27,13 +27,8 @@ def goodput_figure(
     fig, ax = canvas(3.6)
     ax = ax[0][0]
     for name, d in goodput.items():
-        ax.step(
-            d["t"],
-            d["goodput_mbit_s"],
-            where="post",
-            color=color[name],
-            lw=1.1,
-            label=f"{name}: {d['bytes_total'] / 1e6:.1f} MB delivered",
+        binned_rate(
+            ax, d["t"], d["goodput_mbit_s"], color[name], f"{name}: {d['bytes_total'] / 1e6:.1f} MB delivered"
         )
     ax.axhline(host_mbit, color="k", ls="--", lw=0.9, label=f"one host link: {host_mbit:g} Mbit/s")
     ax.set_xlim(*xlim)
