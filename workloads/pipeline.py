@@ -1,0 +1,294 @@
+"""Pipeline parallelism (`pp`): a deeper MLP cut into S contiguous stages, one process each.
+
+Stage s holds layers [a, b) of the model, runs its forwards and backwards per micro-batch in the
+order of its schedule (workloads.schedules: GPipe or 1F1B), receives activations from stage s - 1
+and their gradients from stage s + 1 over torch.distributed gloo point-to-point (non-blocking
+sends, blocking receives, the schedule's order), then applies SGD to its own layers. Every stage
+rebuilds the step's batch from the seed (model.make_batch, rank 0's stream): the first needs the
+inputs, the last the labels, so only activations and gradients cross the network:
+batch x hidden x 4 bytes each way between consecutive stages per step, whatever M.
+
+The last stage's loss is the mean of the micro-batches' losses, each scaled by 1/M before its
+backward, so the gradients add up to the full batch's: the same training as `unsplit_losses`.
+`compute_ms` emulates an accelerator: that long a sleep in each micro-batch's forward and again in
+its backward. A stage's step line (runmodel.records.StepRecord, plus the pipeline's own keys)
+says how long it computed (busy) and how long it waited (the bubble: idle / step time).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+from runmodel.records import StepRecord
+from workloads.model import BYTES_PER_PARAM, CLASSES, D_IN, ModelSpec, _generator, make_batch, shard_bounds
+from workloads.schedules import (
+    BWD,
+    FWD,
+    RECV_ACT,
+    RECV_GRAD,
+    SCHEDULES,
+    SEND_ACT,
+    SEND_GRAD,
+    bubble_theory,
+    stage_actions,
+)
+
+DEPTH = 8  # linear layers of the pipeline's model: up to 8 stages
+_STREAM_PP_INIT = 4  # model.py's streams are 1-3
+
+
+@dataclass(frozen=True)
+class PipeSpec:
+    """An MLP of `depth` linear layers `D_IN -> hidden -> ... -> hidden -> CLASSES` (ReLU between)."""
+
+    hidden: int
+    depth: int = DEPTH
+    d_in: int = D_IN
+    classes: int = CLASSES
+
+    @classmethod
+    def from_grad_mb(cls, grad_mb: float, depth: int = DEPTH) -> PipeSpec:
+        """The hidden width whose whole gradient is closest to `grad_mb` MiB (all stages together)."""
+        if grad_mb <= 0 or depth < 2:
+            raise ValueError(f"need grad_mb > 0 and depth >= 2, got {grad_mb} and {depth}")
+        target = grad_mb * 2**20 / BYTES_PER_PARAM
+        a, b, c = depth - 2, D_IN + 1 + (depth - 2) + CLASSES, CLASSES - target
+        h = -c / b if a == 0 else (-b + math.sqrt(b * b - 4 * a * c)) / (2 * a)
+        return cls(hidden=max(1, round(h)), depth=depth)
+
+    def shape(self, layer: int) -> tuple[int, int]:
+        """(fan_in, fan_out) of linear layer `layer`."""
+        fan_in = self.d_in if layer == 0 else self.hidden
+        return fan_in, self.classes if layer == self.depth - 1 else self.hidden
+
+    @property
+    def nparams(self) -> int:
+        return sum(i * o + o for i, o in map(self.shape, range(self.depth)))
+
+    def stage_layers(self, stage: int, stages: int) -> range:
+        """The contiguous layers of one stage (as even a split as the layer count allows)."""
+        if not 1 <= stages <= self.depth:
+            raise ValueError(f"cannot cut {self.depth} layers into {stages} stages")
+        return range(*shard_bounds(self.depth, stages)[stage])
+
+    def act_bytes(self, rows: int) -> int:
+        """Bytes of the activations (or their gradient) of `rows` samples at a stage boundary."""
+        return rows * self.hidden * BYTES_PER_PARAM
+
+
+class Layers:
+    """Some contiguous layers of the model, as leaf tensors, initialised from the seed per layer
+    (so a stage's layers are the same tensors whichever way the model is cut)."""
+
+    def __init__(self, spec: PipeSpec, layers: range, seed: int) -> None:
+        self.spec, self.layers = spec, layers
+        self.params: list[tuple[torch.Tensor, torch.Tensor]] = []
+        for n in layers:
+            fan_in, fan_out = spec.shape(n)
+            w = torch.randn(fan_in, fan_out, generator=_generator(seed, _STREAM_PP_INIT, n))
+            if n == spec.depth - 1:
+                w = w * 0.1  # near-uniform first predictions, as model.init_weights
+            self.params.append((w.requires_grad_(True), torch.zeros(fan_out, requires_grad=True)))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """ReLU after every layer but the model's last; NTK scaling, as model.loss_and_grad."""
+        for n, (w, b) in zip(self.layers, self.params, strict=True):
+            gain = 1.0 if n == self.spec.depth - 1 else 2.0
+            x = (x @ w) * (gain / w.shape[0]) ** 0.5 + b
+            if n != self.spec.depth - 1:
+                x = torch.relu(x)
+        return x
+
+    def sgd_(self, lr: float) -> None:
+        """Plain SGD on the accumulated gradients, then clear them."""
+        with torch.no_grad():
+            for t in (t for pair in self.params for t in pair):
+                assert t.grad is not None
+                t.sub_(t.grad, alpha=lr)
+                t.grad = None
+
+
+def unsplit_losses(spec: PipeSpec, seed: int, steps: int, batch: int, lr: float) -> list[float]:
+    """The same model trained whole, one process, the full batch at once: the pipeline's oracle."""
+    model = Layers(spec, range(spec.depth), seed)
+    losses = []
+    for step in range(steps):
+        x, y = make_batch(ModelSpec(spec.hidden), seed, 0, step, batch)
+        loss = F.cross_entropy(model.forward(x), y)
+        loss.backward()
+        model.sgd_(lr)
+        losses.append(float(loss.detach()))
+    return losses
+
+
+@dataclass(frozen=True)
+class PipeJob:
+    """What every stage process is told: the pipeline's shape and the training parameters."""
+
+    stages: int
+    micro: int
+    schedule: str
+    steps: int
+    grad_mb: float
+    batch: int
+    lr: float
+    seed: int
+    compute_ms: float = 0.0
+    timeout: float = 60.0
+
+    def __post_init__(self) -> None:
+        if self.schedule not in SCHEDULES:
+            raise ValueError(f"unknown schedule {self.schedule!r} (known: {', '.join(SCHEDULES)})")
+        if self.micro < 1 or self.batch % self.micro:
+            raise ValueError(f"micro must be >= 1 and divide the batch ({self.batch}), got {self.micro}")
+        if not 1 <= self.stages <= DEPTH:
+            raise ValueError(f"stages must be in 1..{DEPTH}, got {self.stages}")
+
+    @property
+    def spec(self) -> PipeSpec:
+        return PipeSpec.from_grad_mb(self.grad_mb)
+
+    @property
+    def bubble_theory(self) -> float:
+        return bubble_theory(self.stages, self.micro)
+
+
+@dataclass
+class StageStep:
+    """One step of one stage, as measured."""
+
+    busy_s: float = 0.0  # forwards and backwards, real CPU plus the emulated accelerator
+    in_flight: int = 0  # the most micro-batches whose activations it held at once
+    bytes_sent: int = 0
+    bytes_recv: int = 0
+    loss: float | None = None  # the last stage only
+    sends: list[Any] = field(default_factory=list)
+
+
+class Stage:
+    """One stage process's part of the pipeline (the process group is set up by the caller)."""
+
+    def __init__(self, job: PipeJob, stage: int) -> None:
+        self.job, self.stage = job, stage
+        self.spec = job.spec
+        self.layers = Layers(self.spec, self.spec.stage_layers(stage, job.stages), job.seed)
+        self.plan = stage_actions(stage, job.stages, job.micro, job.schedule)
+        self.rows = job.batch // job.micro
+
+    def _emulate(self) -> None:
+        if self.job.compute_ms:
+            time.sleep(self.job.compute_ms / 1000.0)
+
+    def step(self, step: int) -> StageStep:
+        """Run the stage's actions for one step, then its SGD; waits for its sends to leave."""
+        job, s, out = self.job, self.stage, StageStep()
+        last = s == job.stages - 1
+        x, y = make_batch(ModelSpec(self.spec.hidden), job.seed, 0, step, job.batch)
+        inputs: dict[int, torch.Tensor] = {}
+        outputs: dict[int, torch.Tensor] = {}
+        grads: dict[int, torch.Tensor] = {}
+        losses = []
+        for a in self.plan:
+            i, tag = a.mb, 2 * a.mb
+            if a.op == RECV_ACT:
+                buf = torch.empty(self.rows, self.spec.hidden)
+                dist.recv(buf, src=s - 1, tag=tag)
+                inputs[i] = buf.requires_grad_(True)
+                out.bytes_recv += buf.numel() * buf.element_size()
+            elif a.op == RECV_GRAD:
+                grads[i] = torch.empty(self.rows, self.spec.hidden)
+                dist.recv(grads[i], src=s + 1, tag=tag + 1)
+                out.bytes_recv += grads[i].numel() * grads[i].element_size()
+            elif a.op == SEND_ACT:
+                act = outputs[i].detach().contiguous()
+                out.sends.append((dist.isend(act, dst=s + 1, tag=tag), act))
+                out.bytes_sent += act.numel() * act.element_size()
+            elif a.op == SEND_GRAD:
+                g = inputs.pop(i).grad
+                assert g is not None
+                out.sends.append((dist.isend(g, dst=s - 1, tag=tag + 1), g))
+                out.bytes_sent += g.numel() * g.element_size()
+            else:
+                c0 = time.perf_counter()
+                if a.op == FWD:
+                    rows = slice(i * self.rows, (i + 1) * self.rows)
+                    h = self.layers.forward(x[rows] if s == 0 else inputs[i])
+                    if last:
+                        loss = F.cross_entropy(h, y[rows])
+                        losses.append(float(loss.detach()))
+                        h = loss / job.micro
+                    outputs[i] = h
+                    out.in_flight = max(out.in_flight, len(outputs))
+                else:
+                    assert a.op == BWD
+                    h = outputs.pop(i)
+                    h.backward(None if last else grads.pop(i))
+                self._emulate()
+                out.busy_s += time.perf_counter() - c0
+        for work, _ in out.sends:
+            work.wait()
+        out.sends.clear()
+        self.layers.sgd_(job.lr)
+        out.loss = sum(losses) / len(losses) if losses else None
+        return out
+
+
+def stage_record(job: PipeJob, stage: int, step: int, t_start: float, measured: StageStep) -> dict[str, Any]:
+    """The stage's step line: a StepRecord (what every strategy's summary reads) plus the
+    pipeline's own keys (stage, in_flight, bubble and its theory)."""
+    t_end = time.time()
+    span = max(t_end - t_start, 1e-9)
+    rec = StepRecord(
+        rank=stage,
+        strategy="pp",
+        step=step,
+        t_start=t_start,
+        t_end=t_end,
+        compute_s=measured.busy_s,
+        comm_s=span - measured.busy_s,
+        wait_s=span - measured.busy_s,
+        bytes_sent=measured.bytes_sent,
+        bytes_recv=measured.bytes_recv,
+        loss=measured.loss,
+        samples=job.batch if stage == 0 else 0,
+    )
+    extra = {
+        "stage": stage,
+        "micro": job.micro,
+        "schedule": job.schedule,
+        "in_flight": measured.in_flight,
+        "bubble": round(1.0 - measured.busy_s / span, 6),
+        "bubble_theory": round(job.bubble_theory, 6),
+    }
+    return rec.to_dict() | extra
+
+
+def run_stage(job: PipeJob, stage: int, master: str, write: Any) -> None:
+    """Join the pipeline's process group at `master` (host:port, stage 0's), train every step,
+    `write` each step's line (a dict), and leave together with the other stages."""
+    dist.init_process_group(
+        "gloo",
+        init_method=f"tcp://{master}",
+        rank=stage,
+        world_size=job.stages,
+        timeout=timedelta(seconds=job.timeout),
+    )
+    try:
+        me = Stage(job, stage)
+        t_start = time.time()
+        for step in range(job.steps):
+            measured = me.step(step)
+            line = stage_record(job, stage, step, t_start, measured)
+            write(line)
+            t_start = line["t_end"]  # steps back to back: the wait for the next step's input is its idle
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
