@@ -8,7 +8,7 @@ class AnalysisError(Exception):
 
 
 class PcapError(AnalysisError):
-    """A capture file that cannot be read (missing, empty, not a pcap, truncated, no TCP)."""
+    """A capture that cannot be read (missing, empty, not pcap or pcapng, malformed, truncated, no TCP)."""
 
 
 class TruncatedPcapError(PcapError):
@@ -20,4 +20,4 @@ class TruncatedPcapError(PcapError):
 
 
 class NoTcpError(PcapError):
-    """A well-formed capture that holds no IPv4 TCP packet."""
+    """A well-formed capture that holds no TCP packet (over IPv4 or IPv6)."""
