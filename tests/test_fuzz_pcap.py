@@ -22,14 +22,12 @@ import io
 import json
 import random
 import resource
-import signal
 import struct
 import subprocess
 import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager, redirect_stderr, redirect_stdout
 from pathlib import Path
-from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, seed, settings
@@ -37,6 +35,7 @@ from hypothesis import strategies as st
 
 from incastlab.cli import main as cli_main
 from tests import pcapwrite as pw
+from tests.test_fuzz_inputs import hang_guard
 from tests.tshark import need_tshark
 
 REAL = Path(__file__).parent / "data/incast-small/base/n04/pcap/h5.pcap"
@@ -61,24 +60,6 @@ INTERESTING = [
     0xFFFFFFFF,
     0xFFFFFFF0,
 ]
-
-
-class Hang(Exception):
-    """A case ran longer than HANG_S."""
-
-
-@contextmanager
-def _bounded(seconds: float) -> Iterator[None]:
-    def alarm(_signum: int, _frame: Any) -> None:
-        raise Hang(f"a case ran longer than {seconds:g} s")
-
-    old = signal.signal(signal.SIGALRM, alarm)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, old)
 
 
 @contextmanager
@@ -223,7 +204,7 @@ def _apply(raw: bytes, heads: list[int], changes: list[Op]) -> bytes:
 def _run(argv: list[str]) -> tuple[int, str, str]:
     """`incastlab ARGV` in this process, bounded in time and memory: (exit code, stdout, stderr)."""
     out, err = io.StringIO(), io.StringIO()
-    with _memory_capped(), _bounded(HANG_S), redirect_stdout(out), redirect_stderr(err):
+    with _memory_capped(), hang_guard(HANG_S), redirect_stdout(out), redirect_stderr(err):
         code = cli_main(argv)
     return code, out.getvalue(), err.getvalue()
 
