@@ -39,13 +39,18 @@ BAD_SCENARIOS = [
 
 
 def as_nobody() -> list[str]:
-    """The prefix that runs a command as the unprivileged user nobody (HOME for matplotlib's cache)."""
+    """The prefix that runs a command without root: as the user nobody (HOME for matplotlib's cache)
+    when the tests run as root, as ourselves otherwise."""
+    if os.geteuid() != 0:
+        return []
     require(None if shutil.which("runuser") else "runuser not installed")
     return ["runuser", "-u", "nobody", "--", "env", "HOME=/tmp", "MPLCONFIGDIR=/tmp"]
 
 
 def world_readable(path: Path) -> Path:
-    """Make `path` (a file or tree under a pytest tmp dir) and its parents readable by nobody."""
+    """As root, make `path` (a file or tree under a pytest tmp dir) and its parents readable by nobody."""
+    if os.geteuid() != 0:
+        return path
     for p in [path, *path.parents]:
         if p == Path("/"):
             break
