@@ -7,7 +7,8 @@ and only the chain is verified, so a run of packet blocks costs no Python step. 
 interface descriptions and other blocks are read one by one. A file may hold several sections
 (each with its own byte order and interfaces) and several interfaces (each with its own link type,
 timestamp resolution and offset): the packet blocks are decoded by pcapfile._decode in groups of
-one block type and interface, then put back in file order.
+one block type and interface, then put back in file order. A simple packet block has no time:
+it takes that of the packet before it (_fill_times).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ _MIN_LEN = {SHB: 28, IDB: 20, PB: 32, SPB: 16, EPB: 32}
 _MAX_BLOCK = 1 << 26  # a block longer than 64 MiB means a corrupt length field
 _VECTOR_SCAN_MIN = 1 << 16  # smaller files: the plain walk is as fast
 _NS = 1_000_000_000
+_UNTIMED = np.iinfo(np.int64).min  # ts_ns of a simple packet block until _fill_times
 
 
 @dataclass(frozen=True)
@@ -216,6 +218,8 @@ def read_pcapng(spath: str, buf: np.ndarray, size: int, *, allow_truncated: bool
     if parts and not got:  # every packet is on an interface of an unsupported link type
         raise unsupported_linktype(wk.ifaces[groups[0][0] & 0xFFFFFFFF].linktype, spath)
     fields = _merge(got) if got else _nothing()
+    if any(k >> 32 == SPB for k, _at in groups):
+        _fill_times(fields["ts_ns"])
     first_if = wk.ifaces[0] if wk.ifaces else _Iface(-1, 0, 6, 0)
     return Packets(
         path=spath,
@@ -290,7 +294,7 @@ def _group(
     f = _decode(buf, o, lay, itf.linktype, cap)
     idx = f.pop("idx")
     if kind == SPB:
-        ts = np.zeros(idx.shape[0], dtype=np.int64)  # a simple packet block has no timestamp
+        ts = np.full(idx.shape[0], _UNTIMED, dtype=np.int64)  # a simple packet block has no time
     else:
         ts = _to_ns(f.pop("th"), f.pop("tl"), itf)
     return {"frame": (idx if at is None else at[idx]) + 1, "ts_ns": ts, **f}
@@ -303,6 +307,19 @@ def _section_of(wk: _Walk, ifn: int) -> int:
         if first <= ifn:
             s = i
     return s
+
+
+def _fill_times(ts: np.ndarray) -> None:
+    """Give the untimed packets (simple packet blocks) the time of the timed packet before them,
+    or of the first one for those before it (all 0 without any): the capture's time span stays
+    that of its timed packets, where 0 would stretch it back to 1970."""
+    timed = ts != _UNTIMED
+    if not timed.any():
+        ts[:] = 0
+        return
+    last = np.maximum.accumulate(np.where(timed, np.arange(ts.shape[0]), -1))
+    last[last < 0] = int(np.flatnonzero(timed)[0])
+    ts[:] = ts[last]
 
 
 def _merge(parts: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:

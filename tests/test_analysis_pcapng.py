@@ -159,16 +159,27 @@ def test_hand_built_sections_interfaces_and_blocks(
 
 
 def test_simple_packet_blocks_take_the_interfaces_snaplen(tmp_path: Path) -> None:
-    """Simple packet blocks: interface 0's link type, captured length min(original, snaplen)."""
+    """Simple packet blocks mixed with enhanced ones: interface 0's link type, captured length
+    min(original, snaplen) (both as tshark reads them); no time of their own (tshark shows none),
+    so each takes the time of the enhanced block before it (the first one's before any)."""
     lt, snap, recs = pw.read_records(CAPTURES[1])
     f = tmp_path / "spb.pcapng"
     body = [pw.shb("<"), pw.idb("<", lt, 64)]
-    body += [pw.spb("<", r.data[:64], r.wire) for r in recs]
+    want_ts, last = [], None
+    for i, r in enumerate(recs):
+        if i % 4 == 1:
+            body.append(pw.epb("<", 0, pw.in_units(r.ts_ns, None), r.data[:64], r.wire))
+            last = r.ts_ns // 1000 * 1000
+        else:
+            body.append(pw.spb("<", r.data[:64], r.wire))
+        want_ts.append(last)
+    want_ts[0] = want_ts[1]
     f.write_bytes(b"".join(body))
     p = read_pcap(f)
     rows = tshark_fields(f, "frame.number", "tcp.seq_raw", "frame.cap_len", display="tcp")
     assert p.frame.tolist() == [int(r[0]) for r in rows] and p.seq.tolist() == [int(r[1]) for r in rows]
     assert p.caplen.tolist() == [int(r[2]) for r in rows] and (p.caplen == 64).all()
+    assert p.ts_ns.tolist() == [want_ts[i - 1] for i in p.frame.tolist()]
 
 
 def _errline(capsys: pytest.CaptureFixture[str], path: Path, *extra: str) -> str:

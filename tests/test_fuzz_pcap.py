@@ -108,7 +108,7 @@ def _pcapng_headers(raw: bytes) -> list[int]:
 def _hand_pcapng(recs: list[pw.Record], snap: int) -> bytes:
     """Two sections (little-, big-endian): Ethernet interfaces in us and ns with enhanced, obsolete
     and custom blocks; raw IP at 2^-20 s and Ethernet in us. (Simple packet blocks carry no
-    timestamp: they get a base file of their own, _spb_pcapng.)"""
+    timestamp: they are in a base file of their own, _spb_pcapng.)"""
     le, be = "<", ">"
     half = len(recs) // 2
     out = [pw.shb(le), pw.idb(le, 1, snap), pw.idb(le, 1, snap, tsresol=9)]
@@ -127,8 +127,13 @@ def _hand_pcapng(recs: list[pw.Record], snap: int) -> bytes:
 
 
 def _spb_pcapng(recs: list[pw.Record], snap: int) -> bytes:
-    """Simple packet blocks only (interface 0, Ethernet, the snaplen cuts them)."""
-    return b"".join([pw.shb("<"), pw.idb("<", 1, snap)] + [pw.spb("<", r.data, r.wire) for r in recs])
+    """Simple packet blocks (interface 0, Ethernet, the snaplen cuts them), every fourth packet in
+    an enhanced block instead, whose time the simple ones after it take."""
+    out = [pw.shb("<"), pw.idb("<", 1, snap)]
+    for i, r in enumerate(recs):
+        timed = pw.epb("<", 0, pw.in_units(r.ts_ns, None), r.data, r.wire) if i % 4 == 1 else None
+        out.append(timed or pw.spb("<", r.data, r.wire))
+    return b"".join(out)
 
 
 @pytest.fixture(scope="module")
