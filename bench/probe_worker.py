@@ -24,7 +24,6 @@ import struct
 import sys
 import threading
 import time
-from datetime import timedelta
 from pathlib import Path
 
 from workloads.errors import exit_flushed
@@ -103,10 +102,10 @@ def gloo_pingpong(rank: int, master: str, port: int, ifname: str, size: int, cou
     import torch
     import torch.distributed as dist
 
+    from workloads.collectives import join_gloo
+
     torch.set_num_threads(1)
-    dist.init_process_group(
-        "gloo", init_method=f"tcp://{master}:{port}", rank=rank, world_size=2, timeout=timedelta(seconds=60)
-    )
+    join_gloo(f"tcp://{master}:{port}", rank, 2, 60)
     t = torch.zeros(max(1, size // 4))
     times = []
     for k in range(count + 3):

@@ -19,7 +19,6 @@ import os
 import sys
 import time
 from dataclasses import asdict, dataclass
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -194,13 +193,9 @@ def main(argv: list[str] | None = None) -> int:
             if job.collectives:
                 import torch.distributed as dist
 
-                dist.init_process_group(
-                    "gloo",
-                    init_method=f"tcp://{job.master_addr}:{job.master_port}",
-                    rank=rank,
-                    world_size=job.world,
-                    timeout=timedelta(seconds=job.timeout),
-                )
+                from workloads.collectives import join_gloo
+
+                join_gloo(f"tcp://{job.master_addr}:{job.master_port}", rank, job.world, job.timeout)
                 sweep_collectives(job, rank, out)
                 dist.barrier()
             for r in job.ps_rounds:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import socket
-from datetime import timedelta
 
 import pytest
 import torch
@@ -35,16 +34,11 @@ def _ring_child(
     os.environ["GLOO_SOCKET_IFNAME"] = "lo"
     import torch.distributed as dist
 
+    from workloads.collectives import join_gloo
     from workloads.ring import ring_allreduce_
 
     torch.set_num_threads(1)
-    dist.init_process_group(
-        "gloo",
-        init_method=f"tcp://127.0.0.1:{port}",
-        rank=rank,
-        world_size=world,
-        timeout=timedelta(seconds=30),
-    )
+    join_gloo(f"tcp://127.0.0.1:{port}", rank, world, 30)
     t = _rank_tensor(rank, length)
     stats = ring_allreduce_(t, rank, world, segment_bytes=segment_bytes, window=window)
     whole = _rank_tensor(rank, length)  # the same sum unpipelined: one segment a chunk

@@ -14,6 +14,14 @@ from workloads.model import sgd_
 from workloads.ring import ring_allreduce_
 
 
+def join_gloo(url: str, rank: int, world: int, timeout_s: float) -> None:
+    """Join the gloo process group that meets at `url` (tcp://host:port) as `rank` of `world`;
+    `timeout_s` bounds the wait for the others, at the rendezvous and in every collective after it."""
+    dist.init_process_group(
+        "gloo", init_method=url, rank=rank, world_size=world, timeout=timedelta(seconds=timeout_s)
+    )
+
+
 def _reason(exc: BaseException) -> str:
     """First line of a gloo/c10d error, without the C++ source location prefix."""
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
@@ -48,13 +56,7 @@ class CollectiveExchange:
 
     def start(self) -> None:
         try:
-            dist.init_process_group(
-                "gloo",
-                init_method=self.url,
-                rank=self.rank,
-                world_size=self.world,
-                timeout=timedelta(seconds=self.timeout),
-            )
+            join_gloo(self.url, self.rank, self.world, self.timeout)
         except (RuntimeError, ValueError, OSError) as exc:
             raise self._fail("rendezvous", None, exc) from None
 
