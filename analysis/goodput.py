@@ -23,10 +23,12 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from analysis.errors import AnalysisError
 from analysis.pcapfile import SYN, Packets, ip_to_str, str_to_ip
 from analysis.seqspace import Directions, directions, seq_numbers
 
 BIN_S = 0.1
+MAX_BINS = 2_000_000  # a longer series (2.3 days at 0.1 s) means a record's time is wrong
 _HALF = np.int64(1 << 41)
 _SPAN = np.int64(1 << 43)
 
@@ -121,6 +123,12 @@ def delivered_bytes(
         return Delivered(t0=start_ns / 1e9, bin_s=bin_s, flows=[], by_receiver={})
     width = int(round(bin_s * 1e9))
     nbins = int((int(ts.max()) - start_ns) // width) + 1 if int(ts.max()) >= start_ns else 0
+    if nbins > MAX_BINS:
+        days = (int(ts.max()) - start_ns) / 86_400e9
+        raise AnalysisError(
+            f"{p.path}: its records span {days:,.0f} days, too long for a series of {bin_s:g} s bins"
+            " (a record's timestamp is likely wrong)"
+        )
     d = directions(p)
     _base, seq_rel, _ack = seq_numbers(p, d)
     new = _first_arrival(p, d, seq_rel)
