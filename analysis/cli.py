@@ -112,7 +112,7 @@ def _print_text(res: dict[str, object]) -> None:
     if res["truncated_at"]:
         head += f" (truncated at record {res['truncated_at']})"
     if not res["packets"]:
-        head += f" (no IPv4 TCP packets in {res['records']} records)"
+        head += f" (no TCP packets in {res['records']} records)"
     print(head)
     for k in _TEXT_KEYS:
         print(f"  {k:<28} {res[k]}")
