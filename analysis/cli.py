@@ -39,14 +39,6 @@ _TEXT_KEYS = (
     "flows",
     "connections",
 )
-# tcp.py's keys -> names that say what they count: retransmissions sent while the receiver was (or
-# was not) repeating an ACK (>= 2 dup ACKs, or tshark's fast retransmission), whatever caused those
-# without: a timer, RACK, a go-back-N after either. Timeouts are rto_events' `timeouts`; tshark's
-# own fast retransmissions are `wireshark_fast_retransmits`.
-_RENAMED = {
-    "fast_retransmits": "retransmits_with_dup_acks",
-    "timeout_retransmits": "retransmits_without_dup_acks",
-}
 _FLOW_KEYS = (
     "segments",
     "retransmits",
@@ -63,8 +55,8 @@ def analyze_counts(
 ) -> dict[str, object]:
     """The counts `incastlab analyze` prints for one file.
 
-    tcp.TcpAnalysis.summary() (segment counts, Wireshark-style classification; its split of the
-    retransmissions named for what it counts, _RENAMED) plus: file,
+    tcp.TcpAnalysis.summary() (segment counts, Wireshark-style classification, its split of the
+    retransmissions by dup-ACK evidence) plus: file,
     truncated_at, records (all records of the file, TCP or not); timeouts, loss_probes, stall_s
     (rto.rto_events: timeout *events*, meaningful on a sender's capture) and timeouts_by_sender
     ({sender IP: {"timeouts", "loss_probes", "stall_s"}}); delivered_bytes (goodput.delivered_bytes:
@@ -77,7 +69,7 @@ def analyze_counts(
     rt = rto_events(pk, tsval=read_options(pk).tsval, rto_min_s=rto_min_s)
     dl = delivered_bytes(pk)
     res: dict[str, object] = {"file": path, "truncated_at": pk.truncated_at, "records": pk.records}
-    res.update(_renamed(an.summary()))
+    res.update(an.summary())
     res.update(
         timeouts=rt.timeouts,
         loss_probes=rt.loss_probes,
@@ -89,7 +81,7 @@ def analyze_counts(
     if per_flow:
         to = {f.flow: f for f in rt.flows}
         got = {f.flow: f.bytes for f in dl.flows}
-        rows = [_renamed(row) for row in an.per_flow()]
+        rows = an.per_flow()
         for row in rows:
             f = to.get(str(row["flow"]))
             row.update(
@@ -100,11 +92,6 @@ def analyze_counts(
             )
         res["per_flow"] = rows
     return res
-
-
-def _renamed(counts: dict[str, object]) -> dict[str, object]:
-    """counts with tcp.py's keys renamed to what they count (_RENAMED), in the same order."""
-    return {_RENAMED.get(k, k): v for k, v in counts.items()}
 
 
 def _print_text(res: dict[str, object]) -> None:

@@ -251,7 +251,7 @@ def pcap_figures(
         an = analyze(pk)  # both directions: the dup ACKs that explain a fast retransmit come back in
         c = an.counts(mine)
         out.tcp_retransmits_pcap += c["retransmits"]
-        out.dupack_retransmits_pcap += c["fast_retransmits"]
+        out.dupack_retransmits_pcap += c["retransmits_with_dup_acks"]
         out.wireshark_fast_retransmits += c["wireshark_fast_retransmits"]
         out.dup_acks += c["dup_acks"]
         out.out_of_order += c["out_of_order"]

@@ -8,11 +8,11 @@ is a running maximum or a forward fill per direction. Conversations with zero-wi
 of data the capture never saw need the sequential state machine and are handed to
 wireshark_seq.analyze_exact.
 
-Our own split of retransmissions (Wireshark has none for timeouts):
-- fast_retransmits: sent while the receiver was repeating an ACK (>= 2 duplicate ACKs in its
-  current run) or flagged as fast retransmission by Wireshark: loss repaired by dup-ACK/SACK
-  recovery, without waiting for a timer;
-- timeout_retransmits: all other retransmissions (RTO, its go-back-N followers, tail-loss probes).
+Our own split of retransmissions, named for what it sees (a capture shows no timer):
+- retransmits_with_dup_acks: sent while the receiver was repeating an ACK (>= 2 duplicate ACKs in
+  its current run) or flagged as fast retransmission by Wireshark: dup-ACK/SACK recovery;
+- retransmits_without_dup_acks: all others (an RTO and its go-back-N followers, tail-loss probes,
+  RACK). Timer events are counted by rto.rto_events, not here.
 """
 
 from __future__ import annotations
@@ -68,8 +68,8 @@ class TcpAnalysis:
             "bytes": int(plen.sum()),
             "retransmits": n_rtx,
             "retransmitted_bytes": int(plen[rtx].sum()),
-            "fast_retransmits": n_fast,
-            "timeout_retransmits": n_rtx - n_fast,
+            "retransmits_with_dup_acks": n_fast,
+            "retransmits_without_dup_acks": n_rtx - n_fast,
             "wireshark_fast_retransmits": int(((bits & ws.FAST_RETRANSMISSION) != 0).sum()),
             "spurious_retransmits": int(((bits & ws.SPURIOUS_RETRANSMISSION) != 0).sum()),
             "dup_acks": int(((bits & ws.DUPLICATE_ACK) != 0).sum()),
@@ -116,7 +116,7 @@ class TcpAnalysis:
             names.append("spurious retransmission")
         elif b & ws.RETRANSMISSION:
             names.append(
-                "retransmission (dup-ACK recovery)" if self.dup_recovery[i] else "retransmission (timeout)"
+                "retransmission (dup-ACK recovery)" if self.dup_recovery[i] else "retransmission (no dup-ACK)"
             )
         for bit, name in (
             (ws.OUT_OF_ORDER, "out-of-order"),

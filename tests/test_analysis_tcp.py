@@ -40,7 +40,7 @@ SCENARIO = [
     pk(0.600, True, 1301, 5001, 0x18, 100),  # 13 spurious retransmission (already acked)
     pk(0.700, True, 1401, 5001, 0x18, 100),  # 14 data
     pk(0.701, False, 5001, 1401, 0x10, 0, 0),  # 15 zero window
-    pk(1.200, True, 1401, 5001, 0x18, 100),  # 16 retransmission (timeout)
+    pk(1.200, True, 1401, 5001, 0x18, 100),  # 16 retransmission (no dup-ACK)
 ]
 
 
@@ -63,7 +63,7 @@ def test_known_answers(tmp_path: Path) -> None:
         1,
         1,
     )
-    assert s["fast_retransmits"] == 1 and s["timeout_retransmits"] == 2
+    assert s["retransmits_with_dup_acks"] == 1 and s["retransmits_without_dup_acks"] == 2
     assert (s["segments"], s["bytes"], s["flows"], s["connections"]) == (8, 800, 2, 1)
     assert "fast retransmission" in an.labels(10) and "dup ACK" in an.labels(8)
     g = goodput_timeline(an, bin_s=0.1)

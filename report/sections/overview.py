@@ -104,8 +104,6 @@ def _strategy_sentence(run: RunView, name: str, ref: str) -> str:
         rtx = f"{f.tcp_retransmits_pcap} TCP retransmissions"
         if timeouts is not None:
             rtx += f" and {timeouts} retransmission timeout{'s' if timeouts != 1 else ''}"
-        elif getattr(f, "tcp_timeout_retransmits", None) is not None:
-            rtx += f" ({f.tcp_timeout_retransmits} without dup-ACK evidence)"
         parts.append(rtx + " in the captures")
     elif f.tcp_retransmits_kernel is not None:
         parts.append(f"{f.tcp_retransmits_kernel} TCP retransmissions (kernel count)")
