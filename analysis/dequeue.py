@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from analysis.pcapfile import Packets, str_to_ip
+from analysis.packets import Packets, str_to_ip
 from runmodel.records import QueueSample
 
 MIN_BACKLOG = 2

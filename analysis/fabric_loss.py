@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from analysis.pcapfile import Packets, ep_to_str
+from analysis.packets import Packets, ep_to_str
 
 
 def _segment_keys(p: Packets) -> tuple[np.ndarray, np.ndarray]:

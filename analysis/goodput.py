@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from analysis.errors import AnalysisError
-from analysis.pcapfile import SYN, Packets, ip_to_str, str_to_ip
+from analysis.packets import SYN, Packets, ip_to_str, str_to_ip
 from analysis.seqspace import Directions, directions, seq_numbers
 
 BIN_S = 0.1

@@ -172,7 +172,7 @@ class PointCaptures:
         self, pf: PointFolder, plan: Plan, client: str, senders: list[str], rto_min_s: float
     ) -> None:
         from analysis.goodput import delivered_bytes
-        from analysis.pcapfile import str_to_ip
+        from analysis.packets import str_to_ip
         from analysis.rto import rto_events
         from analysis.tcpopts import read_options
 
@@ -373,7 +373,7 @@ def timeline(pf: PointFolder, cfg: IncastConfig, plan: Plan, row: IncastRow) -> 
     """timeline.json: one round of a collapsed point: each sender's data packets (time since the
     round's first request, ms; sequence offset in the round, bytes; retransmission; lost: never
     reached the client), its timer stalls, the client's arrivals, idle gaps and port backlog."""
-    from analysis.pcapfile import str_to_ip
+    from analysis.packets import str_to_ip
 
     s = cfg.settings(IncastLine.parse(row.line))
     senders = cfg.servers(row.senders)

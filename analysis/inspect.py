@@ -30,7 +30,8 @@ import numpy as np
 
 from analysis import wireshark_seq as ws
 from analysis.errors import AnalysisError
-from analysis.pcapfile import ACK, SYN, Packets, read_pcap, str_to_ip
+from analysis.packets import ACK, SYN, Packets, str_to_ip
+from analysis.pcapfile import read_pcap
 from analysis.rto import RTO_MIN_S, rto_events
 from analysis.seqspace import directions
 from analysis.tcp import TcpAnalysis, analyze

@@ -6,7 +6,7 @@ operations (a 4-byte aligned word equal to 6 whose block length is repeated at t
 and only the chain is verified, so a run of packet blocks costs no Python step. Section headers,
 interface descriptions and other blocks are read one by one. A file may hold several sections
 (each with its own byte order and interfaces) and several interfaces (each with its own link type,
-timestamp resolution and offset): the packet blocks are decoded by pcapfile._decode in groups of
+timestamp resolution and offset): the packet blocks are decoded by packets._decode in groups of
 one block type and interface, then put back in file order. A simple packet block has no time:
 it takes that of the packet before it (_fill_times).
 """
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from analysis.errors import PcapError, TruncatedPcapError
-from analysis.pcapfile import SUPPORTED_LINKTYPES, Layout, Packets, _decode, unsupported_linktype
+from analysis.packets import SUPPORTED_LINKTYPES, Layout, Packets, _decode, unsupported_linktype
 
 SHB, IDB, PB, SPB, EPB = 0x0A0D0D0A, 1, 2, 3, 6  # block types (PB: the obsolete packet block)
 # blocks Wireshark numbers as frames although they hold no packet: systemd journal export, and
@@ -202,7 +202,7 @@ class _Walk:
 
 
 def read_pcapng(spath: str, buf: np.ndarray, size: int, *, allow_truncated: bool) -> Packets:
-    """pcapfile.read_pcap for a pcapng file (buf: its bytes, zero padded, as read_pcap reads them)."""
+    """read_pcap for a pcapng file (buf: its bytes, zero padded, as read_pcap reads them)."""
     wk = _Walk(buf, size, spath)
     offs, kinds, secs = wk.run()
     if wk.cut is not None and not allow_truncated:

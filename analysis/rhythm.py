@@ -32,7 +32,8 @@ from pathlib import Path
 
 import numpy as np
 
-from analysis.pcapfile import read_pcap, str_to_ip
+from analysis.packets import str_to_ip
+from analysis.pcapfile import read_pcap
 
 MIN_STEP_GAP_S = 0.005
 LONG_IDLE_S = 1.0  # a pause this long always ends a burst (start-up, a stall)

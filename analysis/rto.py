@@ -39,7 +39,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from analysis.pcapfile import FIN, RST, SYN, Packets, ip_to_str
+from analysis.packets import FIN, RST, SYN, Packets, ip_to_str
 from analysis.seqspace import (
     NO_ACK,
     Directions,

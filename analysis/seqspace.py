@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from analysis.pcapfile import ACK, FIN, SYN, Packets, ep_to_str
+from analysis.packets import ACK, FIN, SYN, Packets, ep_to_str
 
 NO_ACK = np.int64(-(1 << 62))  # ack_rel of a packet without the ACK flag (or without a reverse direction)
 

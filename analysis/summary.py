@@ -215,7 +215,8 @@ def pcap_figures(
     from analysis.errors import AnalysisError
     from analysis.fabric_loss import fabric_drops
     from analysis.goodput import delivered_bytes
-    from analysis.pcapfile import ip_to_str, read_pcap, str_to_ip
+    from analysis.packets import ip_to_str, str_to_ip
+    from analysis.pcapfile import read_pcap
     from analysis.rto import rto_events
     from analysis.tcp import analyze
     from analysis.tcpopts import read_options

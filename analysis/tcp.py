@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from analysis import wireshark_seq as ws
-from analysis.pcapfile import ACK, FIN, RST, SYN, Packets, ep_to_str, ip_to_str
+from analysis.packets import ACK, FIN, RST, SYN, Packets, ep_to_str, ip_to_str
 
 DUPACK_EVIDENCE = 2  # dup ACKs in the receiver's current run that make a retransmission "fast"
 _BIG = np.int64(1 << 42)

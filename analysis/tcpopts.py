@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from analysis.pcapfile import Packets
+from analysis.packets import Packets
 
 _PAD = 128
 

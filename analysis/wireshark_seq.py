@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from analysis.pcapfile import ACK, FIN, RST, SYN
+from analysis.packets import ACK, FIN, RST, SYN
 
 # per-packet analysis bits (ours; names follow Wireshark's TCP_A_* flags)
 RETRANSMISSION = 0x0001

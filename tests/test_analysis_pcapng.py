@@ -17,7 +17,8 @@ import numpy as np
 import pytest
 
 from analysis.errors import TruncatedPcapError
-from analysis.pcapfile import ip_to_str, read_pcap
+from analysis.packets import ip_to_str
+from analysis.pcapfile import read_pcap
 from incastlab.cli import main as cli_main
 from tests import pcapwrite as pw
 from tests.tshark import need_tshark, tshark_count, tshark_delivered_bytes, tshark_fields

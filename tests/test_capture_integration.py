@@ -25,7 +25,8 @@ from typing import Any
 
 import pytest
 
-from analysis.pcapfile import read_pcap, str_to_ip
+from analysis.packets import str_to_ip
+from analysis.pcapfile import read_pcap
 from capture.pcap import CaptureError, CapturePoint, PcapCapture
 from capture.queue_depth import QueueSampler, read_root_qdiscs
 

@@ -13,7 +13,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from analysis.pcapfile import PcapError, read_pcap
+from analysis.packets import PcapError
+from analysis.pcapfile import read_pcap
 
 T = TypeVar("T")
 
