@@ -1,5 +1,6 @@
-"""The analysis stage's subcommands (analyze, inspect): their options and what they run; the
-`incastlab` command's one argparse tree adds them (incastlab/cli.py).
+"""The capture commands (analyze, inspect): their options, what they run and how they print; the
+`incastlab` command's one argparse tree adds them (incastlab/cli.py). They sit here, at the end of
+the data flow, because they print through report/console.py's table writer.
 
 Errors are one line on stderr and exit code 2, never a traceback."""
 

@@ -542,16 +542,16 @@ def build_parser() -> Parser:
     add_json_flag(r)
     r.set_defaults(func=cmd_report)
 
-    from analysis.cli import ANALYZE_HELP, INSPECT_HELP, add_analyze_arguments, add_inspect_arguments
+    from incastlab.analyze import ANALYZE_HELP, INSPECT_HELP, add_analyze_arguments, add_inspect_arguments
 
     a = sub.add_parser(
         "analyze", help="count retransmissions, timeouts, dup ACKs... of any pcap", description=ANALYZE_HELP
     )
     add_analyze_arguments(a)
-    a.set_defaults(func=_stage("analysis.cli", "run_analyze"))
+    a.set_defaults(func=_stage("incastlab.analyze", "run_analyze"))
     i = sub.add_parser("inspect", help="print one flow's packets with what each is", description=INSPECT_HELP)
     add_inspect_arguments(i)
-    i.set_defaults(func=_stage("analysis.cli", "run_inspect"))
+    i.set_defaults(func=_stage("incastlab.analyze", "run_inspect"))
 
     k = sub.add_parser(
         "check",

@@ -1,4 +1,4 @@
-"""`incastlab analyze` (analysis/cli.py) on real captures from tests/data: its counts are named for
+"""`incastlab analyze` (incastlab/analyze.py) on real captures from tests/data: its counts are named for
 what they count and add up to tshark's, and the minimum RTO is given in ms like every other flag."""
 
 from __future__ import annotations

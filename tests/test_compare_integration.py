@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from analysis.cli import analyze_counts
+from incastlab.analyze import analyze_counts
 from tests.conftest import run_cli, timeout_bounds
 from tests.tshark import tshark_count, tshark_delivered_bytes, tshark_fields
 
