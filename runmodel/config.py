@@ -345,6 +345,14 @@ class ExperimentConfig(RunConfig):
         for spec in self.strategy_specs:
             if spec.placement == "colocated" and spec.shards > n:
                 raise ParamError(f"strategies: {spec.name}: colocated shards must be at most the {n} workers")
+            if spec.hosts is not None and spec.hosts > n:
+                raise ParamError(
+                    f"strategies: {spec.name}: {spec.stages} stages need as many worker hosts, have {n}"
+                )
+            if spec.hosts is not None and self.batch % spec.micro:
+                raise ParamError(
+                    f"strategies: {spec.name}: micro ({spec.micro}) must divide the batch ({self.batch})"
+                )
         if any(spec.kind == JOB for spec in self.strategy_specs):
             if not self.job_command or not all(isinstance(a, str) and a for a in self.job_command):
                 raise ParamError(

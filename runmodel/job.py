@@ -64,6 +64,9 @@ class JobSpec(JsonFile):
     shards: tuple[ShardJob, ...] = ()  # PS family: one process per shard
     ps_bind: str = "0.0.0.0"
     pull: str = "all"  # PS family: the models of one release sent at once (all) or one after another
+    stages: int = 0  # pp: one stage per rank (world); 0 for every other strategy
+    micro: int = 1  # pp: micro-batches per step
+    schedule: str = ""  # pp: gpipe or 1f1b
 
     @property
     def uses_ps(self) -> bool:
@@ -100,7 +103,8 @@ def job_for(
 ) -> JobSpec:
     """The job of the `index`-th strategy of the run, its logs in its folder."""
     ranks = []
-    for rank, host in enumerate(cfg.worker_hosts):
+    hosts = cfg.worker_hosts[: spec.hosts]  # a pipeline: one stage on each of the first hosts
+    for rank, host in enumerate(hosts):
         st = cfg.straggler(host)
         ranks.append(
             RankJob(
@@ -121,7 +125,7 @@ def job_for(
     master = shards[0].addr if shards else plan.host(cfg.worker_hosts[0]).ip
     return JobSpec(
         strategy=spec.kind,
-        world=cfg.n_workers,
+        world=len(hosts),
         steps=cfg.steps,
         grad_mb=cfg.grad_mb,
         batch=cfg.batch,
@@ -136,4 +140,5 @@ def job_for(
         ranks=tuple(ranks),
         shards=shards,
         pull=spec.pull,
+        **({"stages": spec.stages, "micro": spec.micro, "schedule": spec.schedule} if spec.hosts else {}),
     )

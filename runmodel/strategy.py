@@ -1,5 +1,5 @@
 """A strategy with options: `ps`, `ps:shards=4`, `ps:rto_min_ms=1`, `ring:cc=bbr`, `ps:shards=2:cc=reno`,
-`ps:pull=serial`.
+`ps:pull=serial`, `pp:stages=3:micro=4:schedule=1f1b`.
 
 Each variant is a row of its own in the table, summary.json and the report, named by what it is
 (`name`: the kind, then its non-default options in a fixed order), in a folder of its own
@@ -12,11 +12,13 @@ from dataclasses import dataclass
 
 from runmodel.options import OptionGrammar, Variant
 from runmodel.params import ParamError
+from workloads.schedules import PP_DEPTH, SCHEDULES
 
 PS_FAMILY = ("ps", "async", "ssp", "backup")
 COLLECTIVES = ("ring", "allreduce")
+PIPELINE = "pp"  # the model's layers in stages on consecutive worker hosts (workloads.pipeline)
 JOB = "job"  # the user's own training command, in containers of the user's image (incastlab job)
-KINDS = PS_FAMILY + COLLECTIVES + (JOB,)
+KINDS = PS_FAMILY + COLLECTIVES + (PIPELINE, JOB)
 CONGESTION_CONTROLS = ("cubic", "reno", "bbr", "dctcp")
 PLACEMENTS = ("dedicated", "colocated")
 PULLS = ("all", "serial")  # a PS answers every released worker at once, or one after another
@@ -35,6 +37,9 @@ class StrategySpec(Variant):
     rto_min_ms: float | None = None  # minimum RTO in every host while this strategy runs
     cc: str | None = None  # congestion control in every host while this strategy runs
     pull: str = "all"  # PS family: replies to all released workers at once, or one at a time (serial)
+    stages: int = 2  # pp: the model cut into this many stages, one per worker host (the first ones)
+    micro: int = 4  # pp: micro-batches per step (they must divide the batch)
+    schedule: str = "gpipe"  # pp: gpipe (all forwards, then all backwards) or 1f1b
 
     @classmethod
     def parse(cls, text: str) -> StrategySpec:
@@ -65,11 +70,24 @@ class StrategySpec(Variant):
             raise ParamError(f"{what}: pull must be one of {', '.join(PULLS)}")
         if self.pull != "all" and self.kind not in PS_FAMILY:
             raise ParamError(f"{what}: pull is a parameter-server option")
+        if (self.stages, self.micro, self.schedule) != (2, 4, "gpipe") and self.kind != PIPELINE:
+            raise ParamError(f"{what}: stages, micro and schedule are pp options")
+        if not isinstance(self.stages, int) or not 2 <= self.stages <= PP_DEPTH:
+            raise ParamError(f"{what}: stages must be 2..{PP_DEPTH} (the pp model has {PP_DEPTH} layers)")
+        if not isinstance(self.micro, int) or self.micro < 1:
+            raise ParamError(f"{what}: micro must be a whole number >= 1")
+        if self.schedule not in SCHEDULES:
+            raise ParamError(f"{what}: schedule must be one of {', '.join(SCHEDULES)}")
 
     @property
     def uses_ps(self) -> bool:
         """True for the PS family."""
         return self.kind in PS_FAMILY
+
+    @property
+    def hosts(self) -> int | None:
+        """Worker hosts this variant trains on: a pipeline's stages (None: every worker)."""
+        return self.stages if self.kind == PIPELINE else None
 
     @property
     def dedicated_shards(self) -> int:

@@ -71,3 +71,42 @@ def test_same_loss_as_unsplit(tmp_path: Path, stages: int, micro: int, schedule:
         assert {line["bytes_recv"] for line in stage} == {links * per_dir}
         held = micro if schedule == "gpipe" else min(stages - s, micro)
         assert {line["in_flight"] for line in stage} == {held}
+
+
+@pytest.mark.parametrize(
+    ("strategies", "words"),
+    [
+        (("pp:schedule=zb",), "schedule must be one of gpipe, 1f1b"),
+        (("pp:micro=0",), "micro must be a whole number >= 1"),
+        (("pp:stages=1",), "stages must be 2..8"),
+        (("pp:stages=9",), "stages must be 2..8"),
+        (("ring:micro=2",), "stages, micro and schedule are pp options"),
+        (("pp:micro=5",), "micro (5) must divide the batch (32)"),
+        (("pp:stages=3",), "3 stages need as many worker hosts, have 2"),
+    ],
+)
+def test_bad_pp_options_refused_in_one_line(strategies: tuple[str, ...], words: str) -> None:
+    """Refused by the config's validate, before any fabric is built, in one line naming the variant."""
+    from runmodel.config import ExperimentConfig
+    from runmodel.params import ParamError
+
+    with pytest.raises(ParamError) as err:
+        ExperimentConfig(strategies=strategies, workers=2).validate()
+    assert words in str(err.value) and "\n" not in str(err.value)
+    assert strategies[0] in str(err.value)
+
+
+def test_pp_job_runs_the_pipeline_on_the_first_hosts() -> None:
+    """The name keeps the options typed; job.json gives the stages, one per the first worker hosts."""
+    from runmodel.config import ExperimentConfig
+    from runmodel.folder import RunFolder
+    from runmodel.job import JobSpec, job_for
+
+    cfg = ExperimentConfig(strategies=("ring", "pp:stages=3:micro=8:schedule=1f1b"))
+    cfg.validate()
+    spec = cfg.strategy_specs[1]
+    assert spec.name == "pp:stages=3:micro=8:schedule=1f1b" and cfg.strategy_specs[0].name == "ring"
+    folder = RunFolder(Path("/nonexistent")).strategy(spec.name)
+    job = JobSpec.from_dict(job_for(cfg, cfg.plan(), spec, 1, folder).to_dict())
+    assert (job.world, job.stages, job.micro, job.schedule) == (3, 3, 8, "1f1b")
+    assert [r.host for r in job.ranks] == cfg.worker_hosts[:3] and cfg.n_workers > 3

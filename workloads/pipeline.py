@@ -17,21 +17,28 @@ says how long it computed (busy) and how long it waited (the bubble: idle / step
 
 from __future__ import annotations
 
+import argparse
 import math
+import os
 import time
 from dataclasses import dataclass, field
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from runmodel.records import StepRecord
+from runmodel.job import JobSpec
+from runmodel.records import StepRecord, WorkerDone
+from workloads.collectives import _reason
+from workloads.errors import WorkloadError, exit_flushed, failures_reported, open_part
 from workloads.model import BYTES_PER_PARAM, CLASSES, D_IN, ModelSpec, _generator, make_batch, shard_bounds
 from workloads.schedules import (
     BWD,
     FWD,
+    PP_DEPTH,
     RECV_ACT,
     RECV_GRAD,
     SCHEDULES,
@@ -41,7 +48,6 @@ from workloads.schedules import (
     stage_actions,
 )
 
-DEPTH = 8  # linear layers of the pipeline's model: up to 8 stages
 _STREAM_PP_INIT = 4  # model.py's streams are 1-3
 
 
@@ -50,12 +56,12 @@ class PipeSpec:
     """An MLP of `depth` linear layers `D_IN -> hidden -> ... -> hidden -> CLASSES` (ReLU between)."""
 
     hidden: int
-    depth: int = DEPTH
+    depth: int = PP_DEPTH
     d_in: int = D_IN
     classes: int = CLASSES
 
     @classmethod
-    def from_grad_mb(cls, grad_mb: float, depth: int = DEPTH) -> PipeSpec:
+    def from_grad_mb(cls, grad_mb: float, depth: int = PP_DEPTH) -> PipeSpec:
         """The hidden width whose whole gradient is closest to `grad_mb` MiB (all stages together)."""
         if grad_mb <= 0 or depth < 2:
             raise ValueError(f"need grad_mb > 0 and depth >= 2, got {grad_mb} and {depth}")
@@ -149,8 +155,8 @@ class PipeJob:
             raise ValueError(f"unknown schedule {self.schedule!r} (known: {', '.join(SCHEDULES)})")
         if self.micro < 1 or self.batch % self.micro:
             raise ValueError(f"micro must be >= 1 and divide the batch ({self.batch}), got {self.micro}")
-        if not 1 <= self.stages <= DEPTH:
-            raise ValueError(f"stages must be in 1..{DEPTH}, got {self.stages}")
+        if not 1 <= self.stages <= PP_DEPTH:
+            raise ValueError(f"stages must be in 1..{PP_DEPTH}, got {self.stages}")
 
     @property
     def spec(self) -> PipeSpec:
@@ -292,3 +298,38 @@ def run_stage(job: PipeJob, stage: int, master: str, write: Any) -> None:
         dist.barrier()
     finally:
         dist.destroy_process_group()
+
+
+def pipe_job(job: JobSpec) -> PipeJob:
+    """The pipeline's part of a strategy's job.json."""
+    return PipeJob(
+        job.stages, job.micro, job.schedule, job.steps, job.grad_mb, job.batch, job.lr, job.seed,
+        job.compute_ms, job.timeout,
+    )  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m workloads.pipeline --job job.json --rank R`: stage R of a pp job, its step lines
+    in its worker log; one stderr line and a non-zero exit on a failure, as workloads.worker."""
+    p = argparse.ArgumentParser(prog="python -m workloads.pipeline", description=__doc__)
+    p.add_argument("--job", required=True, type=Path, help="the strategy's job.json (runmodel.job)")
+    p.add_argument("--rank", type=int, required=True, help="the stage")
+    p.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1)")
+    args = p.parse_args(argv)
+    opened = open_part(f"stage {args.rank}", args.job, lambda job: job.rank(args.rank))
+    if opened is None:
+        return 2
+    job, me, log = opened
+    os.environ["GLOO_SOCKET_IFNAME"] = me.ifname
+    torch.set_num_threads(args.threads)
+    with log, failures_reported(f"stage {me.rank}") as outcome:
+        try:
+            run_stage(pipe_job(job), me.rank, f"{job.master_addr}:{job.master_port}", log.write)
+        except (RuntimeError, ValueError, OSError) as exc:
+            raise WorkloadError(f"pipeline stage {me.rank}/{job.stages} failed: {_reason(exc)}") from None
+        log.write(WorkerDone(me.rank, job.steps))
+    return outcome.code
+
+
+if __name__ == "__main__":
+    exit_flushed(main())
