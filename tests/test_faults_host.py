@@ -160,6 +160,17 @@ def test_a_full_results_disk_stops_the_run_and_nothing_says_complete(clean_host,
         assert_readable_incomplete_run(folder, summary_expected=False)
 
 
+def test_a_results_disk_already_full_is_refused_before_start(clean_host, tmp_path):
+    """A 4 MiB results disk has less than a run needs to write its records: exit 2 and one line before
+    the run folder is made or anything built."""
+    with small_disk(tmp_path / "disk", 4) as disk:
+        proc = run_cli(["compare", "--strategies", "ring", "--steps", "2", *SHORT, "--results", str(disk)])
+        assert proc.returncode == 2, proc.stderr
+        errors = error_lines(proc.stderr)
+        assert len(errors) == 1 and "results disk full" in errors[0] and "of 4 MiB" in errors[0], errors
+        assert list(disk.iterdir()) == [] and "building fabric" not in proc.stderr
+
+
 def test_a_worker_over_its_memory_limit_is_named_oom_killed(worker_image, clean_host, tmp_path):  # noqa: F811
     """h3 (worker 1) in a container limited to 64 MiB: PyTorch does not fit, the kernel's OOM killer
     kills it. The run ends with exit 1 and one line naming the OOM killer, the container and its
