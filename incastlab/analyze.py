@@ -129,15 +129,23 @@ INSPECT_HELP = (
 RTO_MIN_MS = RTO_MIN_S * 1000
 
 
-def _add_rto_min_ms(ap: argparse.ArgumentParser, what: str) -> None:
-    """--rto-min-ms: the minimum RTO the timer rules assume, in ms as every other flag gives it."""
-    ap.add_argument(
-        "--rto-min-ms",
-        type=float,
-        default=None,
-        metavar="MS",
-        help=f"the senders' minimum RTO in ms, as the runs' rto_min_ms, for {what} (default: {RTO_MIN_MS:g})",
-    )
+def _add_rto_min_ms(ap: argparse.ArgumentParser, what: str, *, seconds_alias: bool = False) -> None:
+    """--rto-min-ms: the minimum RTO the timer rules assume, in ms as every other flag gives it;
+    with seconds_alias also the deprecated --rto-min in seconds (analyze had it first)."""
+    flags = [
+        (
+            "--rto-min-ms",
+            "MS",
+            f"the senders' minimum RTO in ms, as the runs' rto_min_ms, for {what}",
+            RTO_MIN_MS,
+        )
+    ]
+    if seconds_alias:
+        flags.append(("--rto-min", "S", "deprecated: use --rto-min-ms; the same in seconds", RTO_MIN_S))
+    for flag, metavar, text, default in flags:
+        ap.add_argument(
+            flag, type=float, default=None, metavar=metavar, help=f"{text} (default: {default:g})"
+        )
 
 
 def _rto_min_s(a: argparse.Namespace) -> float:
@@ -172,14 +180,7 @@ def add_analyze_arguments(ap: argparse.ArgumentParser) -> None:
         action="store_true",
         help="count what precedes a cut record (default: a cut file is an error)",
     )
-    _add_rto_min_ms(ap, "the timeout count")
-    ap.add_argument(
-        "--rto-min",
-        type=float,
-        default=None,
-        metavar="S",
-        help=f"deprecated: use --rto-min-ms; the same in seconds (default: {RTO_MIN_S})",
-    )
+    _add_rto_min_ms(ap, "the timeout count", seconds_alias=True)
 
 
 def run_analyze(a: argparse.Namespace) -> int:
