@@ -355,6 +355,10 @@ def fabric_session(
 
     tcp: (congestion control, minimum RTO in ms or None) to set in every host before the ping.
     hosts: what the hosts are (host_runtime); None: the plan's runtime, resolved here.
+
+    While the fabric is up, hostwatch.RunWatch watches ovs-vswitchd and the results disk: a fault
+    there raises HostFault in the main thread at once. A strategy that failed because the OOM killer
+    or a full disk killed one of its processes is re-raised as HostFault naming that cause.
     """
     say = progress or (lambda _msg: None)
     mark_run()
