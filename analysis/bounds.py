@@ -11,13 +11,15 @@ hosts, each shard's link carries S / K of all this.
 Colocated shards (one on each of K worker hosts): a shard host sends its own gradient's other
 slices, S (K - 1) / K, and its model slice to the N - 1 other workers, (N - 1) S / K, and receives
 as much: (S (K - 1) + (N - 1) S) / (K B). Ring (and gloo's all-reduce, a ring too): each worker
-sends 2 (N - 1) chunks of S / N: 2 (N - 1) S / (N B). S counts wire bytes: the HTB shaper charges
+sends 2 (N - 1) chunks of S / N: 2 (N - 1) S / (N B). Pipeline (pp): a stage boundary carries
+the batch's activations one way and their gradients the other, A = batch x hidden x 4 bytes each:
+A / B per step on each link between consecutive stages. S counts wire bytes: the HTB shaper charges
 whole frames, and a full TCP segment of 1448 payload bytes (timestamps on) is a 1514-byte frame.
 """
 
 from __future__ import annotations
 
-from runmodel.strategy import StrategySpec
+from runmodel.strategy import PIPELINE, StrategySpec
 
 WIRE_PER_PAYLOAD = 1514 / 1448
 
@@ -26,6 +28,8 @@ def comm_bound_s(spec: StrategySpec, workers: int, grad_bytes: int, link_mbit: f
     """The communication lower bound of one step, seconds (link_mbit: the slowest link involved)."""
     wire = grad_bytes * WIRE_PER_PAYLOAD
     rate = link_mbit * 1e6 / 8
+    if spec.kind == PIPELINE:  # grad_bytes: what a stage boundary carries each way (full duplex)
+        return wire / rate
     if not spec.uses_ps:
         return 2 * (workers - 1) * wire / (workers * rate)
     k = spec.shards

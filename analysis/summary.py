@@ -19,6 +19,7 @@ from runmodel.config import ExperimentConfig, StrategySpec
 from runmodel.fabric import Plan
 from runmodel.folder import RunFolder, StrategyFolder
 from runmodel.records import ControllerSeries, QueueSample, StepRecord, write_json
+from runmodel.strategy import PIPELINE
 from runmodel.summary import CaptureTotals, RunSummary, StrategySummary
 
 
@@ -448,6 +449,11 @@ def summarize_strategy(
         if spec.kind == "job" and out.workers > 1 and out.worker_bytes_sent:  # a user's model: its size
             per_step = out.worker_bytes_sent / (out.workers * out.steps)  # what a worker sent a step
             grad = int(per_step * out.workers / (2 * (out.workers - 1)))  # as a ring's 2 (N - 1) S / N
+        if spec.kind == PIPELINE:  # what a stage boundary carries each way per step
+            from analysis.pipeline import pp_figures, stage_bytes_theory
+
+            grad = stage_bytes_theory(cfg.grad_mb, cfg.batch)
+            pp_figures(sf, spec, cfg.grad_mb, cfg.batch, out)
         out.bound_s = round(comm_bound_s(spec, out.workers, grad, slowest), 4)
         ptp = push_then_pull_s(spec, out.workers, cfg.grad_bytes, slowest)
         out.push_then_pull_s = round(ptp, 4) if ptp is not None else None

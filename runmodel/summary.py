@@ -86,6 +86,24 @@ class StrategySummary:
     worker_compute_share_by_rank: dict[str, float] = metric(
         "worker_compute_share of each rank", factory=dict, source=W
     )
+    pp_bubble: float | None = metric(
+        "pipeline (pp): mean over stages of each stage's idle share of its steps after the first, "
+        "1 - sum(compute_s) / sum(step time)",
+        source=W,
+    )
+    pp_bubble_by_stage: dict[str, float] = metric("pp_bubble of each stage", factory=dict, source=W)
+    pp_bubble_theory: float | None = metric(
+        "pipeline (pp): (S - 1)/(M + S - 1), the idle share of GPipe and 1F1B with equal stage times"
+    )
+    pp_in_flight_by_stage: dict[str, int] = metric(
+        "pipeline (pp): the most micro-batches whose activations each stage held at once (GPipe: M, "
+        "1F1B: at most S - s)",
+        factory=dict,
+        source=W,
+    )
+    pp_stage_bytes_theory: int | None = metric(
+        "pipeline (pp): payload bytes each way between consecutive stages per step, batch x hidden x 4"
+    )
     worker_bytes_sent: int = metric(
         "sum over worker steps of bytes_sent: gradient payload the workers sent", 0, source=W
     )

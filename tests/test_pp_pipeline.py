@@ -110,3 +110,16 @@ def test_pp_job_runs_the_pipeline_on_the_first_hosts() -> None:
     job = JobSpec.from_dict(job_for(cfg, cfg.plan(), spec, 1, folder).to_dict())
     assert (job.world, job.stages, job.micro, job.schedule) == (3, 3, 8, "1f1b")
     assert [r.host for r in job.ranks] == cfg.worker_hosts[:3] and cfg.n_workers > 3
+
+
+def test_pp_bound_is_one_boundary_each_way() -> None:
+    """A stage boundary of the 0.5 MiB model at batch 32 carries 32 x 144 x 4 = 18432 payload bytes
+    each way per step; at 20 Mbit/s in 1514-byte frames of 1448 payload: 18432 x 1514/1448 x 8 /
+    20e6 s (the links are full duplex, so forward and backward do not add)."""
+    from analysis.bounds import comm_bound_s
+    from analysis.pipeline import stage_bytes_theory
+    from runmodel.strategy import StrategySpec
+
+    assert stage_bytes_theory(0.5, 32) == 18432
+    got = comm_bound_s(StrategySpec.parse("pp:stages=3"), 3, 18432, 20.0)
+    assert got == pytest.approx(18432 * 1514 / 1448 * 8 / 20e6)

@@ -167,6 +167,8 @@ BOUND_COLUMNS = [
     Col("comm (s)", "comm_time_s", "s"),
     Col("bound (s)", "bound_s", "s"),
     Col("push-then-pull (s)", "push_then_pull_s", "s"),
+    Col("pipeline bubble", "pp_bubble", "f2"),
+    Col("bubble theory", "pp_bubble_theory", "f2"),
     Col(
         "iteration / bound",
         "bound_s",

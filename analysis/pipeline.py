@@ -1,0 +1,43 @@
+"""A pipeline's (pp) own figures: the bubble each stage measured, its theory, the activations in
+flight per stage, and the bytes a stage boundary carries per step.
+
+Measured bubble: over a stage's steps after the first (the first holds gloo's first connections),
+1 - sum(compute_s) / sum(step time); the stages' mean is the figure, each stage's beside it.
+Theory: (S - 1)/(M + S - 1) for both schedules (equal stage times, free communication).
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+from runmodel.folder import StrategyFolder
+from runmodel.records import read_jsonl
+from runmodel.strategy import StrategySpec
+from workloads.pipeline import PipeSpec  # torch: imported only when a run has a pp strategy
+from workloads.schedules import bubble_theory
+
+
+def stage_bytes_theory(grad_mb: float, batch: int) -> int:
+    """Payload bytes each way between two consecutive stages per step: the batch's activations at
+    the boundary (batch x hidden float32) forward and as many gradient bytes back, whatever M."""
+    return PipeSpec.from_grad_mb(grad_mb).act_bytes(batch)
+
+
+def pp_figures(sf: StrategyFolder, spec: StrategySpec, grad_mb: float, batch: int, out: Any) -> None:
+    """Fill the pp_* fields of a StrategySummary from the stages' step lines."""
+    out.pp_bubble_theory = round(bubble_theory(spec.stages, spec.micro), 4)
+    out.pp_stage_bytes_theory = stage_bytes_theory(grad_mb, batch)
+    bubbles: dict[str, float] = {}
+    held: dict[str, int] = {}
+    for rank in sf.ranks():
+        lines = [d for d in read_jsonl(sf.worker_log(rank)) if "step" in d and "event" not in d]
+        later = lines[1:] or lines
+        span = sum(d["t_end"] - d["t_start"] for d in later)
+        if span > 0:
+            bubbles[str(rank)] = round(1 - sum(d["compute_s"] for d in later) / span, 4)
+        if lines:
+            held[str(rank)] = max(int(d.get("in_flight", 0)) for d in lines)
+    out.pp_bubble_by_stage = bubbles
+    out.pp_bubble = round(statistics.fmean(bubbles.values()), 4) if bubbles else None
+    out.pp_in_flight_by_stage = held
