@@ -188,7 +188,7 @@ def run_experiment(
     write_json(folder.topology_file, session.controller.get("/api/topology"))
     specs = cfg.strategy_specs
     for k, spec in enumerate(specs):
-        say(f"{spec.name}: starting {cfg.n_workers} workers ({k + 1}/{len(specs)} strategies)")
+        say(f"{spec.name}: starting {spec.hosts or cfg.n_workers} workers ({k + 1}/{len(specs)} strategies)")
         status = StrategyRun(session, cfg, spec, folder.strategy(spec.name), k, say).run()
         outcomes[spec.name] = status
         say(f"{spec.name}: done in {(status.t_end or 0) - (status.t_start or 0):.1f} s")
