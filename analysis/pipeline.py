@@ -1,8 +1,10 @@
 """A pipeline's (pp) own figures: the bubble each stage measured, its theory, the activations in
 flight per stage, and the bytes a stage boundary carries per step.
 
-Measured bubble: over a stage's steps after the first (the first holds gloo's first connections),
-1 - sum(compute_s) / sum(step time); the stages' mean is the figure, each stage's beside it.
+Measured bubble: over a stage's steps from the third on (STEADY_FROM: the first holds first-time
+costs, torch's first passes, and in the second the later stages catch up with them), 1 -
+sum(compute_s) / sum(step time); the stages' mean is the figure, each stage's beside it. With
+fewer steps, every step but the first, or the only one.
 Theory: (S - 1)/(M + S - 1) for both schedules (equal stage times, free communication).
 """
 
@@ -16,6 +18,13 @@ from runmodel.records import read_jsonl
 from runmodel.strategy import StrategySpec
 from workloads.pipeline import PipeSpec  # torch: imported only when a run has a pp strategy
 from workloads.schedules import bubble_theory
+
+STEADY_FROM = 2  # the first step whose times a pipeline's bubble counts (when there are more)
+
+
+def steady(lines: list[Any]) -> list[Any]:
+    """A stage's steps in the pipeline's steady state (see the module's docstring)."""
+    return lines[STEADY_FROM:] or lines[1:] or lines
 
 
 def stage_bytes_theory(grad_mb: float, batch: int) -> int:
@@ -32,7 +41,7 @@ def pp_figures(sf: StrategyFolder, spec: StrategySpec, grad_mb: float, batch: in
     held: dict[str, int] = {}
     for rank in sf.ranks():
         lines = [d for d in read_jsonl(sf.worker_log(rank)) if "step" in d and "event" not in d]
-        later = lines[1:] or lines
+        later = steady(lines)
         span = sum(d["t_end"] - d["t_start"] for d in later)
         if span > 0:
             bubbles[str(rank)] = round(1 - sum(d["compute_s"] for d in later) / span, 4)

@@ -87,8 +87,8 @@ class StrategySummary:
         "worker_compute_share of each rank", factory=dict, source=W
     )
     pp_bubble: float | None = metric(
-        "pipeline (pp): mean over stages of each stage's idle share of its steps after the first, "
-        "1 - sum(compute_s) / sum(step time)",
+        "pipeline (pp): mean over stages of each stage's idle share of its steps from the third on (the "
+        "pipeline's steady state), 1 - sum(compute_s) / sum(step time)",
         source=W,
     )
     pp_bubble_by_stage: dict[str, float] = metric("pp_bubble of each stage", factory=dict, source=W)
