@@ -77,7 +77,7 @@ def test_a_taken_controller_port_is_refused_before_anything_is_built(clean_host,
 def test_a_killed_ovs_vswitchd_ends_the_run_with_its_cause(clean_host, tmp_path):
     """SIGKILL to ovs-vswitchd at step 1 of a ring (the userspace datapath dies with it): exit 1 at
     once (not at the run's timeout), one line naming ovs-vswitchd and its pid, the steps before it
-    kept, status.json failed with that cause, a report that says incomplete, Open vSwitch running
+    kept, status.json incomplete with that cause, a report that says incomplete, Open vSwitch running
     again (restarted by the run's teardown) and nothing of the fabric left."""
     run = Running(["compare", "--strategies", "ring", "--steps", "40", *SHORT, "--results", str(tmp_path)])
     killed = None
@@ -101,7 +101,7 @@ def test_a_killed_ovs_vswitchd_ends_the_run_with_its_cause(clean_host, tmp_path)
 
     folder = run_dir(tmp_path)
     status = json.loads((folder / "ring" / "status.json").read_text())
-    assert status["state"] == "failed" and "ovs-vswitchd" in status["error"], status
+    assert status["state"] == "incomplete" and "ovs-vswitchd" in status["error"], status
     steps = [r for r in (folder / "ring" / "worker-0.jsonl").read_text().splitlines() if '"step"' in r]
     assert 1 <= len(steps) < 40, "the steps before the fault are kept, and the run did not go on"
     assert_readable_incomplete_run(folder)
@@ -135,7 +135,7 @@ def fill(path: Path) -> int:
 
 def test_a_full_results_disk_stops_the_run_and_nothing_says_complete(clean_host, tmp_path):
     """The results folder on a 64 MiB tmpfs that another writer fills to the last page at step 1 of a
-    ring: exit 1, one line naming the full disk, status.json failed with that cause although no new
+    ring: exit 1, one line naming the full disk, status.json incomplete with that cause although no new
     file fits any more (written in place), no summary claiming anything; once space is freed,
     `incastlab report` rebuilds a report that says incomplete; nothing of the fabric left."""
     with small_disk(tmp_path / "disk", 64) as disk:
@@ -153,7 +153,7 @@ def test_a_full_results_disk_stops_the_run_and_nothing_says_complete(clean_host,
 
         folder = run_dir(results)
         status = json.loads((folder / "ring" / "status.json").read_text())
-        assert status["state"] == "failed" and "results disk full" in status["error"], status
+        assert status["state"] == "incomplete" and "results disk full" in status["error"], status
         summary = folder / "summary.json"
         assert not summary.exists() or json.loads(summary.read_text())["complete"] is False
         (disk / "filler").unlink()  # the user frees space, then rebuilds the report
