@@ -16,7 +16,7 @@ from incastlab.faults import FaultInjector
 from incastlab.follow import ExperimentError, Follower
 from incastlab.launch import Launcher
 from incastlab.record import Recorder
-from incastlab.session import HostFault, Session
+from incastlab.session import Session
 from runmodel.config import ExperimentConfig, StrategySpec
 from runmodel.folder import RunFolder, StrategyFolder
 from runmodel.job import job_for
@@ -150,10 +150,13 @@ class StrategyRun:
             )
             self._follow()
             state = "complete"
-        except HostFault as exc:  # the machine cut it short (OVS died, disk full): not the strategy's failure
-            state, error = "incomplete", str(exc)
-            raise
         except ExperimentError as exc:
+            # cut short by the machine (OVS died, disk full, the OOM killer): incomplete, with the cause
+            if (fault := self.s.host_cause(exc)) is not None:
+                state, error = "incomplete", str(fault)
+                if fault is not exc:
+                    raise fault from exc
+                raise
             state, error = "failed", str(exc)
             raise
         except KeyboardInterrupt:

@@ -152,11 +152,25 @@ class Session:
     """The running parts of one session: the fabric and its controller."""
 
     def __init__(
-        self, fabric: Fabric, controller: ControllerProcess, tcp: tuple[str, float | None] | None = None
+        self,
+        fabric: Fabric,
+        controller: ControllerProcess,
+        tcp: tuple[str, float | None] | None = None,
+        workdir: Path | None = None,
     ) -> None:
         self.fabric = fabric
         self.controller = controller
         self.tcp = tcp  # the session's TCP settings (congestion control, minimum RTO or None)
+        self.workdir = workdir  # the results folder whose disk the watch checks
+
+    def host_cause(self, exc: ExperimentError) -> HostFault | None:
+        """What the machine did to a process that says only that it died (a full results disk, the
+        OOM killer), as a HostFault naming it; None when it was the process's own failure."""
+        if isinstance(exc, HostFault):
+            return exc
+        oom = self.fabric.containers.oom_killed() if self.fabric.containers else None
+        why = (disk_short(self.workdir) if self.workdir is not None else None) or oom
+        return HostFault(f"{why} (first seen as: {exc})") if why else None
 
     @property
     def plan(self) -> Plan:
@@ -390,7 +404,7 @@ def fabric_session(
             else "hosts in namespaces"
         )
         say(f"fabric up in {time.monotonic() - t0:.1f} s ({fabric.datapath} datapath, {hosts_kind})")
-        sess = Session(fabric, controller, tcp)
+        sess = Session(fabric, controller, tcp, workdir)
         if tcp is not None:
             sess.set_tcp(*tcp)
         if ping:
@@ -405,10 +419,8 @@ def fabric_session(
             yield sess
         except ExperimentError as exc:
             # a process that died of a full disk or of the OOM killer says only that it died: name why
-            if not isinstance(exc, HostFault):
-                oom = fabric.containers.oom_killed() if fabric.containers else None
-                if why := disk_short(workdir) or oom:
-                    raise HostFault(f"{why} (first seen as: {exc})") from exc
+            if (fault := sess.host_cause(exc)) is not exc and fault is not None:
+                raise fault from exc
             raise
     finally:
         with INTERRUPTS.shielded():
