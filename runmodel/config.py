@@ -175,6 +175,23 @@ class RunConfig:
     """What the two run configs (ExperimentConfig, IncastConfig) do alike with their fabric and
     controller fields."""
 
+    def refuse_non_finite(self) -> None:
+        """Refuse a NaN or an infinity anywhere in the config (`fabric.delay_ms`, `timeout`...), named by
+        its path: config.json is strict JSON, so a run would die writing it. Run after validate()."""
+        cfg: Any = self
+
+        def walk(value: Any, name: str) -> None:
+            if isinstance(value, float) and not math.isfinite(value):
+                raise ParamError(f"{name} must be a finite number, got {value!r}")
+            if isinstance(value, dict):
+                for key, item in value.items():
+                    walk(item, f"{name}.{key}" if name else str(key))
+            elif isinstance(value, list | tuple):
+                for k, item in enumerate(value):
+                    walk(item, f"{name}[{k}]")
+
+        walk(cfg.to_dict(), "")
+
     def overridden(self, fabric: dict[str, Any], controller: dict[str, Any], top: dict[str, Any]) -> Self:
         """This config with the given fields replaced (the flags given on a command line)."""
         cfg: Any = self
@@ -389,6 +406,7 @@ class ExperimentConfig(RunConfig):
             if st.host not in workers:
                 raise ParamError(f"stragglers: host {st.host!r} runs no worker in this run")
             st.validate()
+        self.refuse_non_finite()
         faults = self.parsed_faults()
         if any(spec.kind == JOB for spec in self.strategy_specs):
             by_step = [text for text, f in zip(self.faults, faults, strict=True) if f.at_step is not None]

@@ -134,6 +134,28 @@ def test_an_infinite_or_nan_number_is_refused_as_config_json_cannot_hold_it(tmp_
     assert one_line(done.stderr) == "incastlab compare: run_timeout must be a finite number, got inf"
 
 
+@pytest.mark.parametrize(
+    ("doc", "line"),
+    [
+        (
+            {"fabric": {"delay_ms": float("inf")}},
+            "incastlab compare: fabric.delay_ms must be a finite number",
+        ),
+        ({"client": "h1", "timeout": float("inf")}, "incastlab incast: timeout must be a finite number"),
+        (
+            {"client": "h1", "senders": [1, 2], "fabric": {"loss_pct": -0.0, "delay_ms": 1e999}},
+            "incastlab incast: fabric.delay_ms",
+        ),
+    ],
+)
+def test_an_infinity_the_fields_own_checks_allow_is_refused_by_its_path(tmp_path, doc, line):
+    """params.number refuses NaN but not an infinity: whatever field lets one through, the config as a
+    whole refuses it by its path before a run would die writing config.json."""
+    (tmp_path / "s.json").write_text(json.dumps(doc))
+    done = run_cli(["check", str(tmp_path / "s.json"), "--results", str(tmp_path / "r")])
+    assert done.returncode == 2 and one_line(done.stderr).startswith(line)
+
+
 def test_check_of_the_shipped_scenarios_passes_as_root_and_makes_nothing(tmp_path):
     """As root the check also asks the kernel (congestion controls, minimum RTO) as the run does."""
     require(None if os.geteuid() == 0 else "needs root (the kernel checks)")
