@@ -485,6 +485,8 @@ def parse_run_fields(
             raise ParamError(f"{where}: fabric must be an object")
         doc["fabric"] = FabricSpec.from_dict(doc["fabric"])
     if "controller" in doc:
+        if not isinstance(doc["controller"], dict):
+            raise ParamError(f"{where}: controller must be an object")
         doc["controller"] = ControllerOptions.from_dict(doc["controller"])
     for key in lists:
         if key in comma and isinstance(doc.get(key), str):

@@ -34,6 +34,7 @@ BAD_SCENARIOS = [
     ),
     ({"stragglers": [{"host": "h3", "cpu": 2}]}, "incastlab compare: stragglers: h3: cpu share"),
     ({"client": "h1", "senders": [1, 99]}, "incastlab incast: senders: 99 senders need 100 hosts"),
+    ({"client": "h1", "controller": 1.5}, "incastlab incast: scenario s.json: controller must be an object"),
     ({"client": "h1", "lines": ["base", "cc=vegas"]}, "incastlab incast: lines: cc=vegas: cc must be one of"),
 ]
 
