@@ -41,6 +41,7 @@ from runmodel.params import ParamError
 from runmodel.strategy import KINDS as STRATEGY_KINDS
 from runmodel.strategy import StrategySpec
 
+SCENARIO_DIR = Path(__file__).resolve().parent.parent / "incastlab" / "scenarios"
 HANG_S = 10.0  # no single case may take longer (a hang); Hypothesis' deadline flags a slow one earlier
 DEADLINE_MS = 3000
 SCALE = float(os.environ.get("INCASTLAB_FUZZ_SCALE", "1"))  # more cases when hunting (CI: 1)
@@ -86,7 +87,9 @@ PLAUSIBLE = [
 ]
 PLAUSIBLE += ["serial", "all", "colocated", "dedicated", "3", "0.25", "8", "1.5"]
 value_text = st.one_of(st.sampled_from(PLAUSIBLE), st.sampled_from(PLAUSIBLE), numberish, word, anytext)
+SPECIAL_FLOATS = st.sampled_from([math.inf, -math.inf, math.nan, 1e308, -0.0, 5e-324])
 json_scalar = st.one_of(
+    SPECIAL_FLOATS,
     st.none(),
     st.booleans(),
     st.integers(-(2**70), 2**70),
@@ -283,22 +286,65 @@ def field_value(key: str) -> st.SearchStrategy[Any]:
             ),
             max_size=2,
         ),
-        "fabric": st.dictionaries(st.sampled_from([*FABRIC_FIELDS, "bogus"]), json_value, max_size=4),
+        "fabric": st.dictionaries(
+            st.sampled_from([*FABRIC_FIELDS, "bogus"]),
+            st.one_of(st.integers(1, 4), st.floats(0, 100), SPECIAL_FLOATS, json_value),
+            max_size=3,
+        ),
         "controller": st.dictionaries(
             st.sampled_from(["api_port", "of_port", "interval", "api_host", "bogus"]), json_value, max_size=3
         ),
         "senders": st.lists(json_scalar, max_size=4),
     }
     sane = st.one_of(
-        st.integers(-3, 40), st.floats(-1, 100), st.sampled_from(["h1", "h3", "all", "none", "cubic"])
+        st.integers(-3, 40),
+        st.floats(-1, 100),
+        SPECIAL_FLOATS,
+        st.sampled_from(["h1", "h3", "all", "none", "cubic"]),
     )
     return special.get(key, st.one_of(sane, json_value))
 
 
+SHIPPED = {p.stem: json.loads(p.read_text()) for p in sorted(SCENARIO_DIR.glob("*.json"))}
+
+
+def with_changes(name: str, changes: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A shipped scenario with a few fields (`steps`, or `fabric.delay_ms`) set to generated values."""
+    doc = json.loads(json.dumps(SHIPPED[name]))
+    for path, value in changes:
+        head, _, tail = path.partition(".")
+        if tail:
+            inner = doc.setdefault(head, {})
+            if isinstance(inner, dict):
+                inner[tail] = value
+        else:
+            doc[head] = value
+    return doc
+
+
+def change(fields: list[str]) -> st.SearchStrategy[tuple[str, Any]]:
+    return st.sampled_from(fields).flatmap(
+        lambda f: st.tuples(st.just(f), st.one_of(SPECIAL_FLOATS, field_value(f.split(".")[-1])))
+    )
+
+
+SUB_FIELDS = [f"fabric.{f}" for f in FABRIC_FIELDS] + ["controller.api_port", "controller.interval"]
+changed_shipped = st.builds(
+    with_changes,
+    st.sampled_from(sorted(SHIPPED)),
+    st.lists(change(EXPERIMENT_FIELDS + INCAST_FIELDS + SUB_FIELDS), min_size=1, max_size=2),
+)
 scenario_doc = st.one_of(
-    st.lists(st.sampled_from(EXPERIMENT_FIELDS + ["bogus", "kind"]), max_size=6, unique=True),
-    st.lists(st.sampled_from(INCAST_FIELDS + ["kind"]), max_size=6, unique=True),
-).flatmap(lambda keys: st.fixed_dictionaries({k: field_value(k) for k in keys}))
+    st.lists(st.sampled_from(EXPERIMENT_FIELDS + ["bogus", "kind"]), max_size=6, unique=True).flatmap(
+        lambda keys: st.fixed_dictionaries({k: field_value(k) for k in keys})
+    ),
+    st.lists(st.sampled_from(INCAST_FIELDS + ["kind"]), max_size=6, unique=True).flatmap(
+        lambda keys: st.fixed_dictionaries({k: field_value(k) for k in keys})
+    ),
+    # a shipped scenario with one or two fields changed: mostly valid, so the checks deep inside run
+    changed_shipped,
+    changed_shipped,
+)
 
 
 def mangle(doc: Any, how: int, at: int) -> str:
@@ -321,10 +367,11 @@ def test_fuzz_scenario_files(tmp_path, rng, as_user):
         scenario.write_text(mangle(doc, how, at))
         code, _o, _e = cli(["check", str(scenario), *flags], results)
         if code == 0 and how == 0:  # what the check accepted, a run can write and read back
+            from incastlab.check import scenario_command
             from runmodel.config import load_scenario
             from runmodel.incast import load_incast_scenario
 
-            is_sweep = bool(set(doc) & (set(INCAST_FIELDS) - set(EXPERIMENT_FIELDS)))
+            is_sweep = scenario_command(scenario, flags) == "incast"
             if not flags:
                 writable(load_incast_scenario(scenario) if is_sweep else load_scenario(scenario))
 
@@ -336,8 +383,9 @@ def test_fuzz_scenario_files(tmp_path, rng, as_user):
         ),
         max_size=2,
     )
-    cases = st.tuples(scenario_doc, st.sampled_from([0, 0, 0, 1, 2]), st.integers(0, 10**6), flags)
-    campaign(rng, "scenario JSON", cases, check, n=500)
+    flags = st.one_of(st.just([]), st.just([]), flags)
+    cases = st.tuples(scenario_doc, st.sampled_from([0, 0, 0, 0, 1, 2]), st.integers(0, 10**6), flags)
+    campaign(rng, "scenario JSON", cases, check, n=800)
 
 
 # -- option strings -----------------------------------------------------------------------------------
