@@ -8,6 +8,7 @@ without its field, and the help text shows the one default there is.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -131,9 +132,12 @@ def whole(name: str, value: Any, lo: int | None = None, hi: int | None = None) -
 def number(
     name: str, value: Any, lo: float | None = None, hi: float | None = None, lo_open: bool = False
 ) -> None:
-    """Refuse a value that is not a number in [lo, hi] ((lo, hi] with lo_open)."""
+    """Refuse a value that is not a finite number in [lo, hi] ((lo, hi] with lo_open): no run can
+    reach an infinite timeout or rate, and config.json is strict JSON (no NaN, no Infinity)."""
     if not isinstance(value, int | float) or isinstance(value, bool) or value != value:
         raise ParamError(f"{name} must be a number, got {value!r}")
+    if value in (math.inf, -math.inf):
+        raise ParamError(f"{name} must be a finite number, got {value!r}")
     if lo is not None and (value <= lo if lo_open else value < lo):
         raise ParamError(f"{name} must be {'>' if lo_open else '>='} {lo:g}, got {value:g}")
     if hi is not None and value > hi:
