@@ -272,6 +272,9 @@ def pcap_figures(
                 if ev.kind != "tlp":
                     stalls.append((ev.t - ev.idle_s, ev.t))
         got = delivered_bytes(pk, bin_s=bin_s, t0=t0, receiver=ip_of[name])
+        for f in got.flows:  # the traffic matrix, each cell counted where its bytes arrived
+            cell = f"{host_of.get(f.src, f.src)}->{name}"
+            out.traffic_matrix_pcap[cell] = out.traffic_matrix_pcap.get(cell, 0) + f.bytes
         mine_in: dict[str, Any] | None = got.by_receiver.get(ip_to_str(ip_of[name]))
         if mine_in is not None:
             out.delivered_bytes_by_receiver[name] = int(mine_in["bytes"])

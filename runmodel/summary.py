@@ -211,6 +211,12 @@ class StrategySummary:
         source=P,
     )
     delivered_bytes: int | None = metric("sum of delivered_bytes_by_receiver", source=P)
+    traffic_matrix_pcap: dict[str, int] = metric(
+        "the traffic matrix: per sender and receiver ('h2->h3'), delivered bytes as in "
+        "delivered_bytes_by_receiver, every connection included (rendezvous too)",
+        factory=dict,
+        source=P,
+    )
     hot_ports: list[dict[str, Any]] = metric(
         "the strategy's busiest and most-dropping switch ports, busiest first: port, kind (uplink or host), "
         "tx_bytes, drops, utilisation (tx bytes x 8 / (rate x training time)), max_backlog_packets",
