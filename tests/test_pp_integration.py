@@ -143,3 +143,29 @@ def test_summary_row(pp_run: Path) -> None:
         held = [micro] * 3 if schedule == "gpipe" else [min(3 - s, micro) for s in range(3)]
         assert [row["pp_in_flight_by_stage"][str(s)] for s in range(3)] == held
         assert row["pp_stage_bytes_theory"] == BATCH * HIDDEN * 4
+
+
+def test_traffic_matrix(pp_run: Path) -> None:
+    """summary.json's traffic matrix (our pcap reader, at the receiver) against tshark's unique
+    bytes in the receiver's capture, every connection (within 1 %, or 64 bytes on the cells that
+    carry only connections), and its consecutive-stage cells per step against batch x 144 x 4
+    (within 5 %)."""
+    rows = json.loads((pp_run / "summary.json").read_text())["strategies"]
+    plan = RunFolder(pp_run).plan()
+    for name in VARIANTS:
+        sf = RunFolder(pp_run).strategy(name)
+        hosts = [r["host"] for r in json.loads(sf.job_file.read_text())["ranks"]]
+        ip = {h: plan.host(h).ip for h in hosts}
+        matrix = rows[name]["traffic_matrix_pcap"]
+        for b in hosts:
+            seen = tshark_unique_bytes(sf.pcap(b))
+            for a in hosts:
+                if a == b:
+                    continue
+                want = sum(n for (_, src, _, dst), n in seen.items() if (src, dst) == (ip[a], ip[b]))
+                got = matrix.get(f"{a}->{b}", 0)
+                assert abs(got - want) <= max(0.01 * want, 64), (name, a, b, got, want)
+                if abs(hosts.index(a) - hosts.index(b)) == 1:
+                    per_step = got / STEPS
+                    assert abs(per_step - BATCH * HIDDEN * 4) <= 0.05 * BATCH * HIDDEN * 4, (name, a, b)
+        print(f"{name}: traffic matrix {matrix}")
