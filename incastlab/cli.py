@@ -170,7 +170,7 @@ def cmd_clean(args: argparse.Namespace) -> int:
 def cmd_experiment(args: argparse.Namespace) -> int:
     """Run the strategies on one fabric; write the run folder, summary, report; print the table."""
     from incastlab.runner import ExperimentError, run_experiment
-    from incastlab.session import fabric_session
+    from incastlab.session import run_session
     from runmodel.folder import RunFolder
 
     scenario = Path(args.scenario) if args.scenario else SCENARIO_DIR / f"{args.default_scenario}.json"
@@ -203,15 +203,7 @@ def cmd_experiment(args: argparse.Namespace) -> int:
     error: str | None = None
     code = 0
     try:
-        with fabric_session(
-            cfg.plan(),
-            cfg.controller,
-            folder.path,
-            record=folder.controller_record,
-            progress=say,
-            tcp=(cfg.cc, None),
-            hosts=hosts.mounting(folder.path),
-        ) as sess:
+        with run_session(cfg, folder, say, (cfg.cc, None), hosts.mounting(folder.path)) as sess:
             env = dataclasses.asdict(sess.environment())
             folder.write_config(cfg, environment=env, **made_by)
             say(f"dashboard: {sess.controller.base}/")

@@ -398,7 +398,7 @@ def run(
     """The whole command after its flags: kernel checks, the sweep, the figures and the report.
     `provenance` (incastlab.version.provenance's dict) goes into config.json as compare's does;
     `name` (--name, already checked) ends the run folder's name; as_json: finish's."""
-    from incastlab.session import fabric_session
+    from incastlab.session import run_session
 
     cfg, not_run = kernel_checks(cfg, lines_given)
     for item in not_run:
@@ -423,14 +423,8 @@ def run(
     error: str | None = None
     t0 = time.monotonic()
     try:
-        with fabric_session(
-            cfg.plan(),
-            cfg.controller,
-            folder.path,
-            record=folder.controller_record,
-            progress=say,
-            tcp=(cfg.cc, cfg.rto_min_ms if hosttcp.rto_min_settable() else None),
-        ) as sess:
+        tcp = (cfg.cc, cfg.rto_min_ms if hosttcp.rto_min_settable() else None)
+        with run_session(cfg, folder, say, tcp) as sess:
             doc["environment"] = environment(sess, cfg)
             write_json(folder.config_file, doc)
             failures = run_sweep(sess, cfg, folder, say)

@@ -16,10 +16,10 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable, Collection, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import Any, Protocol
 
 from controller.launch import ControllerProcess
 from incastlab.cleanup import MARKER, find_leftovers, kill_pids, run_pids
@@ -352,6 +352,40 @@ def runtime_for(cfg: ExperimentConfig, workdir: Path, say: Callable[[str], None]
                     f"({hosts.why}); give it a cpu straggler or use --runtime docker"
                 )
     return hosts
+
+
+class RunConfig(Protocol):
+    """What a run's config gives its session (ExperimentConfig, IncastConfig)."""
+
+    controller: ControllerOptions
+
+    def plan(self) -> Plan: ...
+
+
+class RunPlace(Protocol):
+    """What a run's folder gives its session (RunFolder, IncastFolder)."""
+
+    path: Path
+    controller_record: Path
+
+
+def run_session(
+    cfg: RunConfig,
+    folder: RunPlace,
+    say: Callable[[str], None],
+    tcp: tuple[str, float | None],
+    hosts: HostRuntime | None = None,
+) -> AbstractContextManager[Session]:
+    """fabric_session for a run: the config's plan and controller, the folder's controller record."""
+    return fabric_session(
+        cfg.plan(),
+        cfg.controller,
+        folder.path,
+        record=folder.controller_record,
+        progress=say,
+        tcp=tcp,
+        hosts=hosts,
+    )
 
 
 @contextmanager
