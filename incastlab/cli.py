@@ -537,20 +537,25 @@ def build_parser() -> Parser:
 
     from incastlab.analyze import ANALYZE_HELP, INSPECT_HELP, add_analyze_arguments, add_inspect_arguments
 
-    a = sub.add_parser(
-        "analyze",
-        help="count retransmissions, timeouts, dup ACKs... of pcap or pcapng captures",
-        description=ANALYZE_HELP,
-    )
-    add_analyze_arguments(a)
-    a.set_defaults(func=_stage("incastlab.analyze", "run_analyze"))
-    i = sub.add_parser(
-        "inspect",
-        help="list a capture's connections, or one flow's packets with what each is",
-        description=INSPECT_HELP,
-    )
-    add_inspect_arguments(i)
-    i.set_defaults(func=_stage("incastlab.analyze", "run_inspect"))
+    for name, what, description, add, run in (
+        (
+            "analyze",
+            "count retransmissions, timeouts, dup ACKs... of pcap or pcapng captures",
+            ANALYZE_HELP,
+            add_analyze_arguments,
+            "run_analyze",
+        ),
+        (
+            "inspect",
+            "list a capture's connections, or one flow's packets with what each is",
+            INSPECT_HELP,
+            add_inspect_arguments,
+            "run_inspect",
+        ),
+    ):
+        c = sub.add_parser(name, help=what, description=description)
+        add(c)
+        c.set_defaults(func=_stage("incastlab.analyze", run))
 
     k = sub.add_parser(
         "check",
