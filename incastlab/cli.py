@@ -67,7 +67,7 @@ def add_param_flags(p: argparse.ArgumentParser, cls: type, title: str, defaults:
         shown = getattr(defaults, fl.name) if defaults is not None else fl.default
         if isinstance(shown, tuple):
             shown = ",".join(map(str, shown)) if shown else "none"
-        default_text = "none" if shown is None else shown
+        default_text = "none" if shown is None or shown == "" else shown
         kw: dict[str, Any] = {
             "dest": _dest(fl),
             "default": None,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 from incastlab.faults import FaultInjector
 from incastlab.follow import ExperimentError, Follower
@@ -51,7 +52,9 @@ class StrategyRun:
         if spec.kind == JOB:  # the user's own command in containers of the user's image
             from incastlab.userjob import JobLauncher
 
-            self.launcher: Launcher | JobLauncher = JobLauncher(session.fabric, folder, self.job, cfg)
+            self.launcher: Launcher | JobLauncher = JobLauncher(
+                session.fabric, folder, self.job, cfg, Path(cfg.job_dir) if cfg.job_dir else None
+            )
         else:
             self.launcher = Launcher(session.fabric, folder, self.job)
         self.follower: Follower | None = None

@@ -249,6 +249,13 @@ class ExperimentConfig(RunConfig):
         flag="--image",
         metavar="IMAGE",
     )
+    job_dir: str = param(
+        "",
+        "the folder mounted read-only in each job container at its own path, the command's working "
+        "directory; none: the folder incastlab runs in",
+        flag="--job-dir",
+        metavar="DIR",
+    )
     job_command: tuple[str, ...] = param((), cli=False)  # the job's command line: `incastlab job ... -- CMD`
     name: str = param("", cli=False)
     description: str = param("", cli=False)
@@ -370,6 +377,8 @@ class ExperimentConfig(RunConfig):
                 )
             if not isinstance(self.job_image, str) or not self.job_image.strip():
                 raise ParamError("job: --image IMAGE names the image of the job's containers")
+            if not isinstance(self.job_dir, str) or (self.job_dir and not Path(self.job_dir).is_dir()):
+                raise ParamError(f"job: --job-dir {self.job_dir!r} is not a folder here")
         whole("steps", self.steps, 1)
         number("grad_mb", self.grad_mb, 0, 256, lo_open=True)
         whole("batch", self.batch, 1)

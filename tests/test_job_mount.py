@@ -34,7 +34,15 @@ dist.destroy_process_group()
 """
 
 
-def test_a_job_runs_the_users_script_from_the_users_folder_read_only(worker_image, clean_host, tmp_path, rng):  # noqa: F811
+@pytest.mark.parametrize("named", [False, True], ids=["where-it-runs", "job-dir"])
+def test_a_job_runs_the_users_script_from_the_users_folder_read_only(
+    worker_image,  # noqa: F811
+    clean_host,
+    tmp_path,
+    rng,
+    named,
+):
+    """From the folder incastlab runs in, or (named) the one --job-dir names, relative to where it runs."""
     user = tmp_path / "project"
     user.mkdir()
     (user / "train.py").write_text(TRAIN)
@@ -44,8 +52,9 @@ def test_a_job_runs_the_users_script_from_the_users_folder_read_only(worker_imag
     proc = subprocess.run(
         incastlab_cmd()
         + ["job", "--image", worker_image, "--workers", "2", "--steps", "3", "--results", str(results)]
+        + (["--job-dir", "project"] if named else [])
         + ["--", "python3", "train.py"],
-        cwd=user,
+        cwd=tmp_path if named else user,
         capture_output=True,
         text=True,
         timeout=600,
