@@ -12,7 +12,6 @@ from dataclasses import dataclass
 
 from runmodel.options import OptionGrammar, Variant
 from runmodel.params import ParamError
-from workloads.schedules import PP_DEPTH, SCHEDULES
 
 PS_FAMILY = ("ps", "async", "ssp", "backup")
 COLLECTIVES = ("ring", "allreduce")
@@ -23,6 +22,8 @@ CONGESTION_CONTROLS = ("cubic", "reno", "bbr", "dctcp")
 PLACEMENTS = ("dedicated", "colocated")
 PULLS = ("all", "serial")  # a PS answers every released worker at once, or one after another
 SHARDABLE = ("ps", "async")  # a backup or SSP quorum must be one decision, not one per shard
+SCHEDULES = ("gpipe", "1f1b")  # pp: all forwards then all backwards, or one forward one backward
+PP_DEPTH = 8  # linear layers of the pipeline's model (workloads.pipeline): at most 8 stages
 
 
 @dataclass(frozen=True)

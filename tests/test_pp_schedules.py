@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import pytest
 
+from runmodel.strategy import SCHEDULES
 from workloads.schedules import (
     BWD,
     FWD,
     RECV_ACT,
     RECV_GRAD,
-    SCHEDULES,
     SEND_ACT,
     SEND_GRAD,
     Action,

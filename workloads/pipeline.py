@@ -32,16 +32,15 @@ import torch.nn.functional as F
 
 from runmodel.job import JobSpec
 from runmodel.records import StepRecord, WorkerDone
+from runmodel.strategy import PP_DEPTH, SCHEDULES
 from workloads.collectives import _reason
 from workloads.errors import WorkloadError, exit_flushed, failures_reported, open_part
 from workloads.model import BYTES_PER_PARAM, CLASSES, D_IN, ModelSpec, _generator, make_batch, shard_bounds
 from workloads.schedules import (
     BWD,
     FWD,
-    PP_DEPTH,
     RECV_ACT,
     RECV_GRAD,
-    SCHEDULES,
     SEND_ACT,
     SEND_GRAD,
     bubble_theory,

@@ -19,8 +19,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-SCHEDULES = ("gpipe", "1f1b")
-PP_DEPTH = 8  # linear layers of the pipeline's model (workloads.pipeline): at most 8 stages
+from runmodel.strategy import SCHEDULES
+
 FWD, BWD = "fwd", "bwd"
 SEND_ACT, RECV_ACT = "send_act", "recv_act"  # stage s -> s + 1: a micro-batch's output
 SEND_GRAD, RECV_GRAD = "send_grad", "recv_grad"  # stage s + 1 -> s: the gradient of that output
