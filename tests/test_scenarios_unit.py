@@ -172,6 +172,7 @@ SAMPLES = {
     "--interval": "0.25",
     "--runtime": "netns",
     "--image": "example/trainer:1",
+    "--job-dir": "/tmp",
 }
 
 
