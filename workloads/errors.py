@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NoReturn, Protocol, TypeVar
 
-from runmodel.job import JobSpec
+from runmodel.job import JobSpec, RankJob
 from runmodel.records import JsonlWriter
 
 # Connecting to the PS may take at least this long whatever --timeout says: N processes importing
@@ -77,3 +77,17 @@ def open_part(
     except OSError as exc:
         print(f"{who}: cannot open log {me.log}: {exc.strerror}", file=sys.stderr)
         return None
+
+
+def open_rank(
+    who: str, job_path: Path | str, rank: int, threads: int
+) -> tuple[JobSpec, RankJob, JsonlWriter] | None:
+    """A rank process's start (a worker, a pipeline stage): open_part of its rank, gloo told to use
+    the rank's fabric interface, torch limited to `threads` intra-op threads. None as open_part."""
+    opened = open_part(who, job_path, lambda job: job.rank(rank))
+    if opened is not None:
+        import torch  # only a rank process needs it
+
+        os.environ["GLOO_SOCKET_IFNAME"] = opened[1].ifname
+        torch.set_num_threads(threads)
+    return opened

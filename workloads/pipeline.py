@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import time
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -34,7 +33,7 @@ from runmodel.job import JobSpec
 from runmodel.records import StepRecord, WorkerDone
 from runmodel.strategy import PP_DEPTH, SCHEDULES
 from workloads.collectives import _reason
-from workloads.errors import WorkloadError, exit_flushed, failures_reported, open_part
+from workloads.errors import WorkloadError, exit_flushed, failures_reported, open_rank
 from workloads.model import BYTES_PER_PARAM, CLASSES, D_IN, ModelSpec, _generator, make_batch, shard_bounds
 from workloads.schedules import (
     BWD,
@@ -315,12 +314,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rank", type=int, required=True, help="the stage")
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1)")
     args = p.parse_args(argv)
-    opened = open_part(f"stage {args.rank}", args.job, lambda job: job.rank(args.rank))
+    opened = open_rank(f"stage {args.rank}", args.job, args.rank, args.threads)
     if opened is None:
         return 2
     job, me, log = opened
-    os.environ["GLOO_SOCKET_IFNAME"] = me.ifname
-    torch.set_num_threads(args.threads)
     with log, failures_reported(f"stage {me.rank}") as outcome:
         try:
             run_stage(pipe_job(job), me.rank, f"{job.master_addr}:{job.master_port}", log.write)

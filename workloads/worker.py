@@ -8,18 +8,16 @@ exits non-zero.
 from __future__ import annotations
 
 import argparse
-import os
 import time
 from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
-import torch
 
 from runmodel.job import JobSpec, RankJob
 from runmodel.records import JsonlWriter, StepRecord, WorkerDone
 from workloads.collectives import CollectiveExchange
-from workloads.errors import exit_flushed, failures_reported, open_part
+from workloads.errors import exit_flushed, failures_reported, open_rank
 from workloads.exchange import Exchange
 from workloads.model import ModelSpec, init_weights, loss_and_grad, make_batch, shard_bounds
 from workloads.psclient import PSClientExchange, ShardedPSExchange
@@ -87,12 +85,10 @@ def train(job: JobSpec, me: RankJob, log: JsonlWriter, dump_grad: str | None = N
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    opened = open_part(f"worker {args.rank}", args.job, lambda job: job.rank(args.rank))
+    opened = open_rank(f"worker {args.rank}", args.job, args.rank, args.threads)
     if opened is None:
         return 2
     job, me, log = opened
-    os.environ["GLOO_SOCKET_IFNAME"] = me.ifname
-    torch.set_num_threads(args.threads)
     with log, failures_reported(f"worker {me.rank}") as outcome:
         train(job, me, log, args.dump_grad)
     return outcome.code
