@@ -81,22 +81,7 @@ def _capture(tmp: Path, name: str, lossy: bool, nbytes: int) -> dict[str, object
         nx(NS_B, "ip", "route", "add", "default", "via", "10.201.2.2")
         nx(NS_R, "sysctl", "-qw", "net.ipv4.ip_forward=1")
         if lossy:
-            nx(
-                NS_R,
-                "tc",
-                "qdisc",
-                "add",
-                "dev",
-                "ilt-an-rb",
-                "root",
-                "tbf",
-                "rate",
-                "20mbit",
-                "burst",
-                "4kb",
-                "limit",
-                "6000",
-            )
+            nx(NS_R, *"tc qdisc add dev ilt-an-rb root tbf rate 20mbit burst 4kb limit 6000".split())
         snd, rcv = tmp / f"{name}-snd.pcap", tmp / f"{name}-rcv.pcap"
         for ns, ifc, f in ((NS_A, "ilt-an-va", snd), (NS_B, "ilt-an-vb", rcv)):
             procs.append(start_tcpdump(ns, ifc, f))

@@ -117,37 +117,9 @@ def incast(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, objec
         veth(NS_R, "ilt-rto-rb", "10.203.100.2/24", NS_B, "ilt-rto-vb", f"{B_IP}/24")
         nx(NS_B, "ip", "route", "add", "default", "via", "10.203.100.2")
         nx(NS_R, "sysctl", "-qw", "net.ipv4.ip_forward=1")
-        nx(NS_R, "tc", "qdisc", "add", "dev", "ilt-rto-rb", "root", "handle", "1:", "htb", "default", "1")
-        nx(
-            NS_R,
-            "tc",
-            "class",
-            "add",
-            "dev",
-            "ilt-rto-rb",
-            "parent",
-            "1:",
-            "classid",
-            "1:1",
-            "htb",
-            "rate",
-            f"{RATE_MBIT}mbit",
-        )
-        nx(
-            NS_R,
-            "tc",
-            "qdisc",
-            "add",
-            "dev",
-            "ilt-rto-rb",
-            "parent",
-            "1:1",
-            "handle",
-            "10:",
-            "pfifo",
-            "limit",
-            "10",
-        )
+        nx(NS_R, *"tc qdisc add dev ilt-rto-rb root handle 1: htb default 1".split())
+        nx(NS_R, *f"tc class add dev ilt-rto-rb parent 1: classid 1:1 htb rate {RATE_MBIT}mbit".split())
+        nx(NS_R, *"tc qdisc add dev ilt-rto-rb parent 1:1 handle 10: pfifo limit 10".split())
         caps = {ns: tmp / f"{ns}.pcap" for ns in NS_S}
         caps[NS_B] = tmp / "recv.pcap"
         caps[NS_R] = tmp / "port.pcap"
