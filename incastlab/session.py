@@ -140,6 +140,12 @@ def preflight(cc: str | None = None, rto_min_ms: float | None = None, workdir: P
             raise SessionError("ovs-vswitchd is not running and `ovs-ctl start` did not start it")
     if workdir is not None and (short := disk_short(workdir)):
         raise SessionError(short)
+    refuse_leftovers()
+
+
+def refuse_leftovers() -> None:
+    """Refuse to start beside leftovers of an earlier run (bridges, namespaces, containers, processes),
+    naming them and `incastlab clean`."""
     left = find_leftovers()
     if not left.empty():
         raise SessionError(
@@ -331,8 +337,10 @@ def runtime_for(cfg: ExperimentConfig, workdir: Path, say: Callable[[str], None]
     """An experiment's hosts (host_runtime), and what the chosen runtime cannot do refused up front:
     a job where the hosts cannot be containers, a job image that is not here, a cpu fault on a namespace
     host that has no CPU limit to change; and, before a run folder is made, a controller port another
-    process holds (ControllerError) or a results disk without room (SessionError)."""
+    process holds (ControllerError; leftovers of an earlier run are named before that) or a results
+    disk without room (SessionError)."""
     plan = cfg.plan()
+    refuse_leftovers()  # first: a killed run's controller is what holds the ports, and clean removes it
     ControllerProcess(plan, cfg.controller, workdir).check_ports()
     if short := disk_short(workdir):
         raise SessionError(short)
