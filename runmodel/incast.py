@@ -286,6 +286,7 @@ class IncastConfig(RunConfig):
         whole("snaplen", self.snaplen, 64, 65535)
         number("queue_sample_ms", self.queue_sample_ms, 1, 1000)
         number("timeout", self.timeout, 0, lo_open=True)
+        self.refuse_non_finite()
 
     def without(self, names: set[str]) -> IncastConfig:
         """This sweep without the curves named (those the kernel cannot run)."""
