@@ -41,8 +41,7 @@ class Launcher:
         for shard in self.job.shards:
             self._start("ps", shard.index, shard.host, "workloads.ps", ["--shard", str(shard.index)])
         for rj in self.job.ranks:
-            module = "workloads.pipeline" if self.job.stages else "workloads.worker"
-            self._start("worker", rj.rank, rj.host, module, ["--rank", str(rj.rank)])
+            self._start("worker", rj.rank, rj.host, self.job.spec.module, ["--rank", str(rj.rank)])
         return self.procs
 
     def kill_worker(self, rank: int) -> bool:

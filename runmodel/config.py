@@ -17,7 +17,16 @@ from typing import Any, Self
 from runmodel import SCHEMA
 from runmodel.fabric import FabricSpec, Plan, build_plan
 from runmodel.params import ParamError, number, param, refuse_unknown, whole
-from runmodel.strategy import COLLECTIVES, CONGESTION_CONTROLS, JOB, KINDS, PS_FAMILY, StrategySpec
+from runmodel.strategy import (
+    COLLECTIVES,
+    CONGESTION_CONTROLS,
+    HYBRID,
+    JOB,
+    KINDS,
+    PIPELINE,
+    PS_FAMILY,
+    StrategySpec,
+)
 
 __all__ = [
     "COLLECTIVES",
@@ -362,10 +371,8 @@ class ExperimentConfig(RunConfig):
             if spec.placement == "colocated" and spec.shards > n:
                 raise ParamError(f"strategies: {spec.name}: colocated shards must be at most the {n} workers")
             if spec.hosts is not None and spec.hosts > n:
-                raise ParamError(
-                    f"strategies: {spec.name}: {spec.stages} stages need as many worker hosts, have {n}"
-                )
-            if spec.hosts is not None and self.batch % spec.micro:
+                raise ParamError(f"strategies: {spec.name}: needs {spec.hosts} worker hosts, have {n}")
+            if spec.kind in (PIPELINE, HYBRID) and self.batch % spec.micro:
                 raise ParamError(
                     f"strategies: {spec.name}: micro ({spec.micro}) must divide the batch ({self.batch})"
                 )

@@ -67,11 +67,17 @@ class JobSpec(JsonFile):
     stages: int = 0  # pp: one stage per rank (world); 0 for every other strategy
     micro: int = 1  # pp: micro-batches per step
     schedule: str = ""  # pp: gpipe or 1f1b
+    variant: str = ""  # the strategy's full name (`tp:size=4`): its options, read by StrategySpec.parse
 
     @property
     def uses_ps(self) -> bool:
         """True for the PS family."""
         return self.strategy in PS_FAMILY
+
+    @property
+    def spec(self) -> StrategySpec:
+        """The strategy variant with its options (job.json files without `variant`: the kind's defaults)."""
+        return StrategySpec.parse(self.variant or self.strategy)
 
     def shard(self, k: int) -> ShardJob:
         """One shard's part (ValueError if there is no such shard)."""
@@ -103,7 +109,7 @@ def job_for(
 ) -> JobSpec:
     """The job of the `index`-th strategy of the run, its logs in its folder."""
     ranks = []
-    hosts = cfg.worker_hosts[: spec.hosts]  # a pipeline: one stage on each of the first hosts
+    hosts = cfg.worker_hosts[: spec.hosts]  # pp, tp, hybrid: their ranks on the first hosts
     for rank, host in enumerate(hosts):
         st = cfg.straggler(host)
         ranks.append(
@@ -140,5 +146,6 @@ def job_for(
         ranks=tuple(ranks),
         shards=shards,
         pull=spec.pull,
+        variant=spec.name,
         **({"stages": spec.stages, "micro": spec.micro, "schedule": spec.schedule} if spec.hosts else {}),
     )

@@ -1,5 +1,5 @@
 """A strategy with options: `ps`, `ps:shards=4`, `ps:rto_min_ms=1`, `ring:cc=bbr`, `ps:shards=2:cc=reno`,
-`ps:pull=serial`, `pp:stages=3:micro=4:schedule=1f1b`.
+`ps:pull=serial`, `pp:stages=3:micro=4:schedule=1f1b`, `tp:size=4`, `moe:experts=2`, `hybrid:dp=2:pp=3`.
 
 Each variant is a row of its own in the table, summary.json and the report, named by what it is
 (`name`: the kind, then its non-default options in a fixed order), in a folder of its own
@@ -16,8 +16,21 @@ from runmodel.params import ParamError
 PS_FAMILY = ("ps", "async", "ssp", "backup")
 COLLECTIVES = ("ring", "allreduce")
 PIPELINE = "pp"  # the model's layers in stages on consecutive worker hosts (workloads.pipeline)
+TENSOR = "tp"  # each layer's weights split over the hosts, Megatron-LM's column then row (workloads.tensor)
+SHARDED = "fsdp"  # parameters, gradients and optimizer state sharded over the workers (workloads.fsdp)
+EXPERTS = "moe"  # expert layers over the hosts, tokens dispatched by all-to-all (workloads.moe)
+HYBRID = "hybrid"  # dp pipelines of pp stages, each stage's gradients all-reduced across (workloads.hybrid)
+MODEL_SPLITS = (PIPELINE, TENSOR, SHARDED, EXPERTS, HYBRID)
 JOB = "job"  # the user's own training command, in containers of the user's image (incastlab job)
-KINDS = PS_FAMILY + COLLECTIVES + (PIPELINE, JOB)
+KINDS = PS_FAMILY + COLLECTIVES + MODEL_SPLITS + (JOB,)
+# the module every rank of a kind runs (`python -m MODULE --job job.json --rank R`)
+WORKER_MODULES = {
+    PIPELINE: "workloads.pipeline",
+    TENSOR: "workloads.tensor",
+    SHARDED: "workloads.fsdp",
+    EXPERTS: "workloads.moe",
+    HYBRID: "workloads.hybrid",
+}
 CONGESTION_CONTROLS = ("cubic", "reno", "bbr", "dctcp")
 PLACEMENTS = ("dedicated", "colocated")
 PULLS = ("all", "serial")  # a PS answers every released worker at once, or one after another
@@ -40,7 +53,11 @@ class StrategySpec(Variant):
     pull: str = "all"  # PS family: replies to all released workers at once, or one at a time (serial)
     stages: int = 2  # pp: the model cut into this many stages, one per worker host (the first ones)
     micro: int = 4  # pp: micro-batches per step (they must divide the batch)
-    schedule: str = "gpipe"  # pp: gpipe (all forwards, then all backwards) or 1f1b
+    schedule: str = "gpipe"  # pp, hybrid: gpipe (all forwards, then all backwards) or 1f1b
+    size: int = 0  # tp: the hosts each layer is split over (0: every worker)
+    experts: int = 1  # moe: experts on each host
+    dp: int = 2  # hybrid: pipelines, each stage's gradients all-reduced across them
+    pp: int = 2  # hybrid: stages of each pipeline
 
     @classmethod
     def parse(cls, text: str) -> StrategySpec:
@@ -71,14 +88,30 @@ class StrategySpec(Variant):
             raise ParamError(f"{what}: pull must be one of {', '.join(PULLS)}")
         if self.pull != "all" and self.kind not in PS_FAMILY:
             raise ParamError(f"{what}: pull is a parameter-server option")
-        if (self.stages, self.micro, self.schedule) != (2, 4, "gpipe") and self.kind != PIPELINE:
-            raise ParamError(f"{what}: stages, micro and schedule are pp options")
+        if self.stages != 2 and self.kind != PIPELINE:
+            raise ParamError(f"{what}: stages is a pp option (hybrid's stages are pp=)")
+        if (self.micro, self.schedule) != (4, "gpipe") and self.kind not in (PIPELINE, HYBRID):
+            raise ParamError(f"{what}: micro and schedule are pp and hybrid options")
+        if self.size != 0 and self.kind != TENSOR:
+            raise ParamError(f"{what}: size is a tp option")
+        if self.experts != 1 and self.kind != EXPERTS:
+            raise ParamError(f"{what}: experts is a moe option")
+        if (self.dp, self.pp) != (2, 2) and self.kind != HYBRID:
+            raise ParamError(f"{what}: dp and pp are hybrid options")
         if not isinstance(self.stages, int) or not 2 <= self.stages <= PP_DEPTH:
             raise ParamError(f"{what}: stages must be 2..{PP_DEPTH} (the pp model has {PP_DEPTH} layers)")
         if not isinstance(self.micro, int) or self.micro < 1:
             raise ParamError(f"{what}: micro must be a whole number >= 1")
         if self.schedule not in SCHEDULES:
             raise ParamError(f"{what}: schedule must be one of {', '.join(SCHEDULES)}")
+        if not isinstance(self.size, int) or self.size == 1 or self.size < 0:
+            raise ParamError(f"{what}: size must be a whole number >= 2 (or 0: every worker)")
+        if not isinstance(self.experts, int) or self.experts < 1:
+            raise ParamError(f"{what}: experts must be a whole number >= 1")
+        if not isinstance(self.dp, int) or self.dp < 1:
+            raise ParamError(f"{what}: dp must be a whole number >= 1")
+        if not isinstance(self.pp, int) or not 2 <= self.pp <= PP_DEPTH:
+            raise ParamError(f"{what}: pp must be 2..{PP_DEPTH} (the pp model has {PP_DEPTH} layers)")
 
     @property
     def uses_ps(self) -> bool:
@@ -87,8 +120,20 @@ class StrategySpec(Variant):
 
     @property
     def hosts(self) -> int | None:
-        """Worker hosts this variant trains on: a pipeline's stages (None: every worker)."""
-        return self.stages if self.kind == PIPELINE else None
+        """Worker hosts this variant trains on: a pipeline's stages, tp's size, hybrid's dp x pp
+        (None: every worker)."""
+        if self.kind == PIPELINE:
+            return self.stages
+        if self.kind == TENSOR:
+            return self.size or None
+        if self.kind == HYBRID:
+            return self.dp * self.pp
+        return None
+
+    @property
+    def module(self) -> str:
+        """The module each of this variant's ranks runs."""
+        return WORKER_MODULES.get(self.kind, "workloads.worker")
 
     @property
     def dedicated_shards(self) -> int:

@@ -80,9 +80,9 @@ def test_same_loss_as_unsplit(tmp_path: Path, stages: int, micro: int, schedule:
         (("pp:micro=0",), "micro must be a whole number >= 1"),
         (("pp:stages=1",), "stages must be 2..8"),
         (("pp:stages=9",), "stages must be 2..8"),
-        (("ring:micro=2",), "stages, micro and schedule are pp options"),
+        (("ring:micro=2",), "micro and schedule are pp and hybrid options"),
         (("pp:micro=5",), "micro (5) must divide the batch (32)"),
-        (("pp:stages=3",), "3 stages need as many worker hosts, have 2"),
+        (("pp:stages=3",), "needs 3 worker hosts, have 2"),
     ],
 )
 def test_bad_pp_options_refused_in_one_line(strategies: tuple[str, ...], words: str) -> None:
