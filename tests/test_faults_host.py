@@ -202,3 +202,23 @@ def test_a_worker_over_its_memory_limit_is_named_oom_killed(worker_image, clean_
     status = json.loads((run_dir(tmp_path) / "ring" / "status.json").read_text())
     assert status["state"] == "incomplete" and "OOM killer" in status["error"], status
     assert_readable_incomplete_run(run_dir(tmp_path))
+
+
+def test_clean_finds_a_crashed_runs_bridge_kept_in_a_stopped_ovs_database(clean_host):
+    """A machine killed mid-run and started again: the daemons are down, but OVS's database still
+    holds the run's bridge, which would come back with them at the next run and refuse it. `incastlab
+    clean` must start OVS to find it, remove it, and leave OVS running."""
+    from topologies.fabric import OVS_CTL
+
+    subprocess.run(
+        ["ovs-vsctl", "add-br", "lf9", "--", "set", "bridge", "lf9", "datapath_type=netdev"],
+        check=True,
+        timeout=30,
+    )
+    subprocess.run([OVS_CTL, "stop"], check=True, capture_output=True, timeout=60)
+    assert subprocess.run(["ovs-vsctl", "--timeout=2", "show"], capture_output=True).returncode != 0
+    proc = run_cli(["clean"], timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "bridges lf9" in proc.stdout, proc.stdout
+    listed = subprocess.run(["ovs-vsctl", "--timeout=5", "list-br"], capture_output=True, text=True)
+    assert listed.returncode == 0 and "lf9" not in listed.stdout.split(), listed
