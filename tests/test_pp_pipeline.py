@@ -7,10 +7,14 @@ import json
 import multiprocessing as mp
 import socket
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from workloads.pipeline import PipeJob, PipeSpec, run_stage, unsplit_losses
+
+if TYPE_CHECKING:
+    from runmodel.job import JobSpec
 
 
 def _free_port() -> int:
@@ -123,3 +127,29 @@ def test_pp_bound_is_one_boundary_each_way() -> None:
     assert stage_bytes_theory(0.5, 32) == 18432
     got = comm_bound_s(StrategySpec.parse("pp:stages=3"), 3, 18432, 20.0)
     assert got == pytest.approx(18432 * 1514 / 1448 * 8 / 20e6)
+
+
+def job_of(variant: str, **cfg: Any) -> JobSpec:
+    """The job.json of `variant` in a run of the default fabric with `cfg`, read back as a rank does."""
+    from runmodel.config import ExperimentConfig
+    from runmodel.folder import RunFolder
+    from runmodel.job import JobSpec, job_for
+
+    config = ExperimentConfig(strategies=(variant,), **cfg)
+    config.validate()
+    spec = config.strategy_specs[0]
+    folder = RunFolder(Path("/nonexistent")).strategy(spec.name)
+    return JobSpec.from_dict(job_for(config, config.plan(), spec, 0, folder).to_dict())
+
+
+def test_traffic_theory_by_hand() -> None:
+    """pp:stages=3 of the 0.5 MiB model at batch 32: 32 x 144 x 4 = 18432 bytes each way between
+    consecutive stages per step (activations forward, their gradients back), none from 0 to 2."""
+    from workloads.pipeline import traffic_theory
+
+    got = traffic_theory(job_of("pp:stages=3", grad_mb=0.5, batch=32))
+    assert got == {(0, 1): 18432, (1, 0): 18432, (1, 2): 18432, (2, 1): 18432}
+    assert traffic_theory(job_of("pp:stages=2:micro=8", grad_mb=0.5, batch=64)) == {
+        (0, 1): 36864,
+        (1, 0): 36864,
+    }

@@ -298,6 +298,16 @@ def run_stage(job: PipeJob, stage: int, master: str, write: Any) -> None:
         dist.destroy_process_group()
 
 
+def traffic_theory(job: JobSpec) -> dict[tuple[int, int], int]:
+    """Payload bytes per training step from stage a to stage b (the traffic-matrix figure's theory):
+    between consecutive stages the batch's activations forward and as many gradient bytes back
+    (analysis.pipeline.stage_bytes_theory), whatever M; nothing between the others."""
+    from analysis.pipeline import stage_bytes_theory  # analysis imports this module: import when used
+
+    each_way = stage_bytes_theory(job.grad_mb, job.batch)
+    return {pair: each_way for s in range(job.world - 1) for pair in ((s, s + 1), (s + 1, s))}
+
+
 def pipe_job(job: JobSpec) -> PipeJob:
     """The pipeline's part of a strategy's job.json."""
     return PipeJob(
