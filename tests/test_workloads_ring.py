@@ -116,3 +116,82 @@ def test_ring_allreduce_sums_exactly_like_local_sum(
     # every rank ends with the bit-identical tensor, so SGD stays in lockstep
     first = results[0][0]
     assert all(torch.equal(first, t) for t, _, _ in results.values())
+
+
+def _halves_child(rank: int, world: int, port: int, length: int, segment_bytes: int, out: mp.Queue) -> None:
+    """Reduce-scatter a rank's tensor, then all-gather a tensor holding only its own chunk."""
+    os.environ["GLOO_SOCKET_IFNAME"] = "lo"
+    import torch.distributed as dist
+
+    from workloads.collectives import join_gloo
+    from workloads.ring import ring_all_gather_, ring_reduce_scatter_
+
+    torch.set_num_threads(1)
+    join_gloo(f"tcp://127.0.0.1:{port}", rank, world, 30)
+    t = _rank_tensor(rank, length)
+    rs = ring_reduce_scatter_(t, rank, world, segment_bytes=segment_bytes)
+    mine = torch.tensor_split(t, world)[rank].clone()
+    g = torch.full((length,), float("nan"))
+    torch.tensor_split(g, world)[rank].copy_(_rank_tensor(rank, length)[: mine.numel()])
+    ag = ring_all_gather_(g, rank, world, segment_bytes=segment_bytes)
+    dist.barrier()
+    dist.destroy_process_group()
+    out.put(
+        (
+            rank,
+            mine.numpy().tobytes(),
+            g.numpy().tobytes(),
+            (rs.bytes_sent, rs.bytes_recv),
+            (ag.bytes_sent, ag.bytes_recv),
+        )
+    )
+
+
+@pytest.mark.parametrize(
+    ("world", "length", "segment_bytes", "chunks"),
+    [
+        (3, 1001, 256 * 1024, [334, 334, 333]),  # chunks worked by hand: 1001 = 334 + 334 + 333
+        (4, 3, 256 * 1024, [1, 1, 1, 0]),  # an empty chunk: nothing on the wire for it
+        (4, 40_003, 4096, [10_001, 10_001, 10_001, 10_000]),  # 10 segments a chunk
+    ],
+)
+def test_reduce_scatter_and_all_gather(
+    world: int, length: int, segment_bytes: int, chunks: list[int]
+) -> None:
+    """Reduce-scatter leaves rank r the exact sum of chunk r; all-gather gives every rank every
+    rank's chunk. Rank r sends all chunks but its own (reduce-scatter) or but its right
+    neighbour's (all-gather) to the right: (length - chunk) x 4 bytes, from the chunks by hand."""
+    from workloads.ring import chunk_sizes
+
+    assert chunk_sizes(length, world) == chunks
+    print(f"tensor seeds: {[100 + r for r in range(world)]} (rank r: torch seed 100 + r)")
+    ctx = mp.get_context("spawn")
+    out: mp.Queue = ctx.Queue()
+    port = _free_port()
+    procs = [
+        ctx.Process(target=_halves_child, args=(r, world, port, length, segment_bytes, out))
+        for r in range(world)
+    ]
+    for p in procs:
+        p.start()
+    results = {}
+    try:
+        for _ in range(world):
+            rank, mine, gathered, rs, ag = out.get(timeout=120)
+            results[rank] = (mine, gathered, rs, ag)
+    finally:
+        for p in procs:
+            p.join(timeout=30)
+            if p.is_alive():
+                p.kill()
+    assert all(p.exitcode == 0 for p in procs)
+    expected = torch.tensor_split(sum(_rank_tensor(r, length) for r in range(world)), world)
+    own = [_rank_tensor(r, length)[: chunks[r]] for r in range(world)]
+    for rank, (mine, gathered, rs, ag) in results.items():
+        mine_t = torch.frombuffer(bytearray(mine), dtype=torch.float32) if mine else torch.empty(0)
+        assert torch.allclose(mine_t, expected[rank], atol=1e-5), f"rank {rank}: wrong reduced chunk"
+        g = torch.frombuffer(bytearray(gathered), dtype=torch.float32)
+        assert torch.equal(g, torch.cat(own)), f"rank {rank}: gathered tensor differs"
+        left, right = (rank - 1) % world, (rank + 1) % world
+        assert rs == ((length - chunks[rank]) * 4, (length - chunks[left]) * 4), rank
+        assert ag == ((length - chunks[right]) * 4, (length - chunks[rank]) * 4), rank

@@ -10,6 +10,9 @@ on the wire. Receives are posted a window ahead, so gloo's rendezvous (a send wa
 "receive ready") never costs a round trip on the critical path. Unpipelined, every one of the
 2(N-1) steps ends with the link idle: the last segment's latency, the wake-up of the process, the
 next send's start, and a tail loss that only a timer can repair (docs/RESULTS.md, "make bench").
+
+The two halves are collectives of their own too (ZeRO/FSDP's): `ring_reduce_scatter_` leaves rank r
+the sum of chunk r, `ring_all_gather_` spreads every rank's chunk r; one loop runs all three.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ WINDOW = 4  # receives posted ahead of the one being waited for (per chunk: segm
 
 @dataclass
 class RingStats:
-    """What one all-reduce moved; `first_wait_s` is how long the first segment from the left took."""
+    """What one ring collective moved; `first_wait_s` is how long the first segment from the left took."""
 
     bytes_sent: int = 0
     bytes_recv: int = 0
@@ -49,16 +52,37 @@ def segments_per_chunk(
     return max(1, math.ceil(chunk_bytes / segment_bytes), min(min_segments, chunk_bytes // MIN_SEGMENT_BYTES))
 
 
+def chunk_sizes(numel: int, world: int) -> list[int]:
+    """Elements in each of the `world` chunks the ring cuts a tensor of `numel` into (torch.tensor_split's
+    cut: the first numel % world chunks one element longer), the same on every rank."""
+    if world < 1 or numel < 0:
+        raise ValueError(f"need world >= 1 and numel >= 0, got {world} and {numel}")
+    return [numel // world + (k < numel % world) for k in range(world)]
+
+
+def reduce_scatter_steps(world: int, own: int) -> list[tuple[int, int, bool]]:
+    """The N-1 reduce-scatter steps after which a rank holds the full sum of chunk `own`:
+    (chunk sent, chunk received, True: the received chunk is added). Step i sends chunk (own - 1 - i)
+    and adds the incoming (own - 2 - i), so a rank sends every chunk but `own` to its right."""
+    return [((own - 1 - i) % world, (own - 2 - i) % world, True) for i in range(world - 1)]
+
+
+def all_gather_steps(world: int, own: int) -> list[tuple[int, int, bool]]:
+    """The N-1 all-gather steps of a rank that starts with chunk `own` finished: step i sends chunk
+    (own - i) and stores the incoming finished (own - 1 - i), so a rank sends every chunk but its
+    right neighbour's own."""
+    return [((own - i) % world, (own - 1 - i) % world, False) for i in range(world - 1)]
+
+
 def schedule(rank: int, world: int) -> list[tuple[int, int, bool]]:
-    """The 2(N-1) steps of rank `rank`: (chunk sent, chunk received, received chunk is added).
+    """The 2(N-1) steps of rank `rank`'s all-reduce: (chunk sent, chunk received, received chunk is added).
 
     Reduce-scatter step i sends chunk (r - i) and adds the incoming chunk (r - i - 1); after N-1
     steps rank r holds the full sum of chunk (r + 1). All-gather step i sends chunk (r + 1 - i) and
     stores the incoming finished chunk (r - i). What a step sends is what the step before received.
     """
-    steps = [((rank - i) % world, (rank - i - 1) % world, True) for i in range(world - 1)]
-    steps += [((rank + 1 - i) % world, (rank - i) % world, False) for i in range(world - 1)]
-    return steps
+    own = (rank + 1) % world
+    return reduce_scatter_steps(world, own) + all_gather_steps(world, own)
 
 
 def ring_allreduce_(
@@ -71,14 +95,58 @@ def ring_allreduce_(
 ) -> RingStats:
     """Sum `tensor` (1-D, contiguous) across all ranks in place; the same result on every rank.
 
-    Every element is summed in the same order as by the unpipelined ring (along the ring, starting
-    at the chunk's owner), so the result does not depend on `segment_bytes` or `window`.
+    Reduce-scatter then all-gather in one pipelined pass (the pipeline does not drain between the
+    halves). Every element is summed in the same order as by the unpipelined ring (along the ring,
+    starting at the chunk's owner), so the result does not depend on `segment_bytes` or `window`.
     """
+    return _ring_(tensor, rank, world, schedule(rank, world), segment_bytes, window, min_segments)
+
+
+def ring_reduce_scatter_(
+    tensor: torch.Tensor,
+    rank: int,
+    world: int,
+    segment_bytes: int = SEGMENT_BYTES,
+    window: int = WINDOW,
+    min_segments: int = MIN_SEGMENTS,
+) -> RingStats:
+    """Sum `tensor` (1-D, contiguous) across all ranks, in place, into this rank's chunk only: afterwards
+    chunk `rank` (torch.tensor_split(tensor, world)[rank], `chunk_sizes`) holds the full sum; the other
+    chunks hold partial sums (scratch). Each rank sends (N-1)/N of the tensor to its right neighbour."""
+    steps = reduce_scatter_steps(world, rank)
+    return _ring_(tensor, rank, world, steps, segment_bytes, window, min_segments)
+
+
+def ring_all_gather_(
+    tensor: torch.Tensor,
+    rank: int,
+    world: int,
+    segment_bytes: int = SEGMENT_BYTES,
+    window: int = WINDOW,
+    min_segments: int = MIN_SEGMENTS,
+) -> RingStats:
+    """Fill `tensor` (1-D, contiguous) in place with every rank's chunk: on entry chunk `rank`
+    (torch.tensor_split(tensor, world)[rank]) is this rank's, the rest is overwritten. Each rank
+    sends (N-1)/N of the tensor to its right neighbour."""
+    steps = all_gather_steps(world, rank)
+    return _ring_(tensor, rank, world, steps, segment_bytes, window, min_segments)
+
+
+def _ring_(
+    tensor: torch.Tensor,
+    rank: int,
+    world: int,
+    steps: list[tuple[int, int, bool]],
+    segment_bytes: int,
+    window: int,
+    min_segments: int,
+) -> RingStats:
+    """Run `steps` (chunk sent to the right, chunk received from the left, add it) pipelined, in place."""
     stats = RingStats()
     if world == 1:
         return stats
     if tensor.dim() != 1 or not tensor.is_contiguous():
-        raise ValueError("ring_allreduce_ needs a contiguous 1-D tensor")
+        raise ValueError("a ring collective needs a contiguous 1-D tensor")
     if window < 1:
         raise ValueError("window must be >= 1")
     chunks = torch.tensor_split(tensor, world)
@@ -86,7 +154,8 @@ def ring_allreduce_(
     m = segments_per_chunk(max(c.numel() for c in chunks) * size, segment_bytes, min_segments)
     segs = [torch.tensor_split(c, m) for c in chunks]  # the same cut on every rank
     right, left = (rank + 1) % world, (rank - 1) % world
-    steps = schedule(rank, world)
+    # all-reduce: the all-gather's transfer k overwrites the segment reduce-scatter sent in k - lag
+    lag = (world - 1) * m if steps and steps[0][2] and not steps[-1][2] else None
     total = len(steps) * m  # transfers, in the order both ends post them: step-major, then segment
     depth = min(total, m + window)  # receives in flight at most
     seg_len = max(s.numel() for c in segs for s in c)
@@ -107,10 +176,10 @@ def ring_allreduce_(
         _, recv_c, add = steps[step]
         dest = segs[recv_c][j]
         into = scratch[k % depth][: dest.numel()] if add else dest
-        if not add and k - (world - 1) * m < len(sends):
+        if not add and lag is not None and k - lag < len(sends):
             # all-gather overwrites a segment reduce-scatter sent (transfer k - (N-1) m). Causality
             # already orders the two (the finished chunk includes what we sent), but be explicit.
-            done_with(k - (world - 1) * m)
+            done_with(k - lag)
         recvs[k] = (dist.irecv(into, src=left) if into.numel() else None, into)
 
     def land(k: int) -> None:
