@@ -264,6 +264,9 @@ def pcap_figures(
             if flow.src != ip_to_str(ip_of[name]):
                 continue  # the timeouts of the flows this host sent (its own ACK view)
             out.tcp_timeouts_pcap += flow.timeouts
+            if flow.timeouts:
+                to = host_of.get(flow.dst, flow.dst)
+                out.tcp_timeouts_by_receiver[to] = out.tcp_timeouts_by_receiver.get(to, 0) + flow.timeouts
             out.tcp_loss_probes_pcap += flow.loss_probes
             for ev in flow.events:
                 rto_rows.append(
@@ -408,6 +411,7 @@ def summarize_strategy(
     """Every figure of one strategy."""
     from analysis.bounds import comm_bound_s, comm_split, push_then_pull_s
     from analysis.fidelity import cpu_figures, unexplained_loss_share, verdict
+    from analysis.matrix import matrix_figures
 
     out = StrategySummary(grad_bytes=cfg.grad_bytes)
     if not sf.exists:
@@ -446,6 +450,11 @@ def summarize_strategy(
         out.pcap_error = f"{type(exc).__name__}: {exc}"
         out.capture_complete = False
     ps_figures(sf, out)
+    try:
+        matrix_figures(sf, spec, out, captured=bool(out.traffic_matrix_pcap) and not out.pcap_error)
+    except Exception as exc:  # noqa: BLE001 - a theory that fails must not lose the other figures
+        out.traffic_matrix_theory = {}
+        out.traffic_theory_error = f"{type(exc).__name__}: {exc}"
     if out.steps:
         slowest = min(plan.host(h).rate_mbit for h in cfg.worker_hosts + shard_hosts)
         grad = cfg.grad_bytes

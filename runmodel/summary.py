@@ -217,6 +217,47 @@ class StrategySummary:
         factory=dict,
         source=P,
     )
+    traffic_matrix_theory: dict[str, int] = metric(
+        "ring and the model splits (pp, tp, fsdp, moe, hybrid): the strategy's own traffic_theory(job) "
+        "(payload bytes per step rank to rank, from job.json alone) with its ranks put on their hosts, x the "
+        "steps logged; cells as in traffic_matrix_pcap (none for the other kinds)",
+        factory=dict,
+        source="job.json, " + W,
+    )
+    traffic_matrix_error: dict[str, float] = metric(
+        "per cell of traffic_matrix_theory, (traffic_matrix_pcap - theory) / theory",
+        factory=dict,
+        source=P,
+    )
+    traffic_matrix_error_max: float | None = metric(
+        "the largest absolute traffic_matrix_error: how far the worst host pair the theory says carries "
+        "bytes was from it (none without host captures or a theory)",
+        source=P,
+    )
+    traffic_matrix_off_theory: dict[str, int] = metric(
+        "traffic_matrix_pcap's bytes on the host pairs traffic_matrix_theory leaves empty: what no theory "
+        "of a training step counts (the rendezvous store at rank 0's host, barriers, connection set-up)",
+        factory=dict,
+        source=P,
+    )
+    bytes_per_worker_step_pcap: float | None = metric(
+        "mean over the job's hosts of the payload bytes each sent per step: its row of traffic_matrix_pcap "
+        "/ steps (strategies with a traffic_matrix_theory)",
+        source=P,
+    )
+    bytes_per_worker_step_theory: float | None = metric(
+        "bytes_per_worker_step_pcap as the theory has it: rows of traffic_matrix_theory / steps",
+        source="job.json",
+    )
+    traffic_theory_error: str | None = metric(
+        "why the strategy's traffic_theory(job) could not be computed, if it could not", source="job.json"
+    )
+    tcp_timeouts_by_receiver: dict[str, int] = metric(
+        "tcp_timeouts_pcap per receiving host of the flow that timed out: where the incast's victims "
+        "were headed",
+        factory=dict,
+        source=P,
+    )
     hot_ports: list[dict[str, Any]] = metric(
         "the strategy's busiest and most-dropping switch ports, busiest first: port, kind (uplink or host), "
         "tx_bytes, drops, utilisation (tx bytes x 8 / (rate x training time)), max_backlog_packets",
