@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import multiprocessing as mp
 import socket
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -23,26 +24,32 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _stage_main(job: PipeJob, stage: int, master: str, path: str) -> None:
+def _rank_main(run: Callable[..., None], job: Any, rank: int, master: str, path: str) -> None:
     import torch
 
     torch.set_num_threads(1)
     with open(path, "w", encoding="utf-8") as f:
-        run_stage(job, stage, master, lambda line: print(json.dumps(line), file=f, flush=True))
+        run(job, rank, master, lambda line: print(json.dumps(line), file=f, flush=True))
 
 
-def run_pipeline(job: PipeJob, tmp: Path) -> list[list[dict]]:
-    """Every stage in a process of its own; each stage's step lines."""
+def run_ranks(run: Callable[..., None], job: Any, world: int, tmp: Path) -> list[list[dict]]:
+    """`run(job, rank, master, write)` (a module-level function: spawned) in a process per rank on
+    loopback; each rank's step lines."""
     master = f"127.0.0.1:{_free_port()}"
     ctx = mp.get_context("spawn")
-    paths = [tmp / f"stage{s}.jsonl" for s in range(job.stages)]
-    procs = [ctx.Process(target=_stage_main, args=(job, s, master, str(p))) for s, p in enumerate(paths)]
+    paths = [tmp / f"rank{r}.jsonl" for r in range(world)]
+    procs = [ctx.Process(target=_rank_main, args=(run, job, r, master, str(p))) for r, p in enumerate(paths)]
     for p in procs:
         p.start()
     for p in procs:
         p.join(timeout=120)
-    assert [p.exitcode for p in procs] == [0] * job.stages
+    assert [p.exitcode for p in procs] == [0] * world
     return [[json.loads(x) for x in p.read_text().splitlines()] for p in paths]
+
+
+def run_pipeline(job: PipeJob, tmp: Path) -> list[list[dict]]:
+    """Every stage in a process of its own; each stage's step lines."""
+    return run_ranks(run_stage, job, job.stages, tmp)
 
 
 def test_spec_shapes() -> None:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -77,6 +78,11 @@ class PipeSpec:
     def nparams(self) -> int:
         return sum(i * o + o for i, o in map(self.shape, range(self.depth)))
 
+    def scale(self, layer: int) -> float:
+        """NTK scaling of layer `layer`'s product, (gain / fan_in) ** 0.5 (gain 2 before a ReLU, 1 for
+        the model's last layer), as model.loss_and_grad: one learning rate for every width."""
+        return ((1.0 if layer == self.depth - 1 else 2.0) / self.shape(layer)[0]) ** 0.5
+
     def stage_layers(self, stage: int, stages: int) -> range:
         """The contiguous layers of one stage (as even a split as the layer count allows)."""
         if not 1 <= stages <= self.depth:
@@ -88,6 +94,16 @@ class PipeSpec:
         return rows * self.hidden * BYTES_PER_PARAM
 
 
+def init_layer(spec: PipeSpec, layer: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Layer `layer`'s weights (fan_in x fan_out, standard normal from the seed's stream of that
+    layer) and zero bias: the same tensors whichever way, or into however many parts, the model is cut."""
+    fan_in, fan_out = spec.shape(layer)
+    w = torch.randn(fan_in, fan_out, generator=_generator(seed, _STREAM_PP_INIT, layer))
+    if layer == spec.depth - 1:
+        w = w * 0.1  # near-uniform first predictions, as model.init_weights
+    return w, torch.zeros(fan_out)
+
+
 class Layers:
     """Some contiguous layers of the model, as leaf tensors, initialised from the seed per layer
     (so a stage's layers are the same tensors whichever way the model is cut)."""
@@ -96,17 +112,13 @@ class Layers:
         self.spec, self.layers = spec, layers
         self.params: list[tuple[torch.Tensor, torch.Tensor]] = []
         for n in layers:
-            fan_in, fan_out = spec.shape(n)
-            w = torch.randn(fan_in, fan_out, generator=_generator(seed, _STREAM_PP_INIT, n))
-            if n == spec.depth - 1:
-                w = w * 0.1  # near-uniform first predictions, as model.init_weights
-            self.params.append((w.requires_grad_(True), torch.zeros(fan_out, requires_grad=True)))
+            w, b = init_layer(spec, n, seed)
+            self.params.append((w.requires_grad_(True), b.requires_grad_(True)))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """ReLU after every layer but the model's last; NTK scaling, as model.loss_and_grad."""
         for n, (w, b) in zip(self.layers, self.params, strict=True):
-            gain = 1.0 if n == self.spec.depth - 1 else 2.0
-            x = (x @ w) * (gain / w.shape[0]) ** 0.5 + b
+            x = (x @ w) * self.spec.scale(n) + b
             if n != self.spec.depth - 1:
                 x = torch.relu(x)
         return x
@@ -316,25 +328,41 @@ def pipe_job(job: JobSpec) -> PipeJob:
     )  # fmt: skip
 
 
-def main(argv: list[str] | None = None) -> int:
-    """`python -m workloads.pipeline --job job.json --rank R`: stage R of a pp job, its step lines
-    in its worker log; one stderr line and a non-zero exit on a failure, as workloads.worker."""
-    p = argparse.ArgumentParser(prog="python -m workloads.pipeline", description=__doc__)
+RunRank = Callable[[JobSpec, int, str, Callable[[Any], None]], None]
+
+
+def rank_main(argv: list[str] | None, module: str, doc: str | None, what: str, run: RunRank) -> int:
+    """`python -m MODULE --job job.json --rank R` for a model-split strategy (pp, tp, hybrid): rank R's
+    part of the job, `run(job, rank, master host:port, write)` writing its step lines to its log,
+    then WorkerDone; one stderr line naming `what` and the rank and a non-zero exit on a failure,
+    as workloads.worker."""
+    p = argparse.ArgumentParser(prog=f"python -m {module}", description=doc)
     p.add_argument("--job", required=True, type=Path, help="the strategy's job.json (runmodel.job)")
-    p.add_argument("--rank", type=int, required=True, help="the stage")
+    p.add_argument("--rank", type=int, required=True, help=f"the {what}")
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1)")
     args = p.parse_args(argv)
-    opened = open_rank(f"stage {args.rank}", args.job, args.rank, args.threads)
+    opened = open_rank(f"{what} {args.rank}", args.job, args.rank, args.threads)
     if opened is None:
         return 2
     job, me, log = opened
-    with log, failures_reported(f"stage {me.rank}") as outcome:
+    with log, failures_reported(f"{what} {me.rank}") as outcome:
         try:
-            run_stage(pipe_job(job), me.rank, f"{job.master_addr}:{job.master_port}", log.write)
+            run(job, me.rank, f"{job.master_addr}:{job.master_port}", log.write)
         except (RuntimeError, ValueError, OSError) as exc:
-            raise WorkloadError(f"pipeline stage {me.rank}/{job.stages} failed: {_reason(exc)}") from None
+            raise WorkloadError(f"{what} {me.rank}/{job.world} failed: {_reason(exc)}") from None
         log.write(WorkerDone(me.rank, job.steps))
     return outcome.code
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m workloads.pipeline --job job.json --rank R`: stage R of a pp job."""
+    return rank_main(
+        argv,
+        "workloads.pipeline",
+        __doc__,
+        "pipeline stage",
+        lambda job, rank, master, write: run_stage(pipe_job(job), rank, master, write),
+    )
 
 
 if __name__ == "__main__":
