@@ -1,0 +1,269 @@
+"""Tensor parallelism (`tp`): every layer pair of the pp model split over T ranks, as Megatron-LM does.
+
+The model is workloads.pipeline's (PipeSpec.from_grad_mb: 8 linear layers D_IN -> hidden -> ... ->
+CLASSES, each seeded per layer by pipeline.init_layer). Its hidden -> hidden layers go two by two,
+(1, 2), (3, 4), (5, 6): the first of a pair column-parallel (rank r holds its output columns [a, b)
+and their biases), the second row-parallel (its input rows [a, b)), so a rank's ReLU'd slice of
+the pair's middle activations feeds its own rows and only the pair's output needs a sum. That is
+Megatron's g, an all-reduce of the pair's output (batch x hidden) in the forward, identity in the
+backward, and its f before the pair: identity in the forward, an all-reduce of the gradient of the
+pair's input (batch x hidden) in the backward. The layers that do not pair, the first (D_IN ->
+hidden) and the last (hidden -> CLASSES), are replicated: every rank holds them whole and computes
+them on the same inputs. Every all-reduce is workloads.ring's ring, so a rank sends only to its
+right neighbour and the bytes are exactly known (traffic_theory): 2 x pairs all-reduces a step.
+
+Every rank trains on the full batch (model.make_batch, rank 0's stream) and so computes the same
+loss, then applies SGD to its own parameters; the replicated ones stay bit-identical because the
+ring hands every rank the same bits. The same training as pipeline.unsplit_losses, up to the order
+of float sums. `compute_ms` emulates an accelerator: that long a sleep after the rank's forward and
+again after its backward.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+from runmodel.job import JobSpec
+from runmodel.records import StepRecord
+from workloads.errors import exit_flushed
+from workloads.model import BYTES_PER_PARAM, ModelSpec, make_batch, shard_bounds
+from workloads.pipeline import PipeSpec, init_layer, rank_main
+from workloads.ring import ring_allreduce_, schedule
+
+
+def layer_pairs(spec: PipeSpec) -> list[tuple[int, int]]:
+    """The (column-parallel, row-parallel) layer pairs: the hidden -> hidden layers two by two (an
+    odd one left over would be replicated, as the first and the last are)."""
+    middle = list(range(1, spec.depth - 1))
+    return [(n, n + 1) for n in middle[: len(middle) // 2 * 2 : 2]]
+
+
+def hidden_slice(spec: PipeSpec, size: int, rank: int) -> slice:
+    """Rank `rank`'s part of a pair's middle width: the first layer's output columns, the second's
+    input rows (as even a split as the width allows)."""
+    if not 1 <= size <= spec.hidden:
+        raise ValueError(f"cannot split a hidden width of {spec.hidden} over {size} ranks")
+    return slice(*shard_bounds(spec.hidden, size)[rank])
+
+
+def ring_bytes_to_right(numel: int, world: int, rank: int) -> int:
+    """Payload bytes rank `rank` sends its right neighbour in one workloads.ring all-reduce of `numel`
+    float32: the chunks its ring schedule sends, torch.tensor_split's (the first numel % world
+    chunks one element longer)."""
+    if world == 1:
+        return 0
+    chunk = [numel // world + (c < numel % world) for c in range(world)]
+    return sum(chunk[sent] for sent, _, _ in schedule(rank, world)) * BYTES_PER_PARAM
+
+
+def traffic_theory(job: JobSpec) -> dict[tuple[int, int], int]:
+    """Payload bytes per training step from rank a to rank b: two ring all-reduces of batch x hidden
+    float32 per layer pair (the pair's output forward, its input's gradient backward), each rank
+    sending to its right neighbour only."""
+    spec, world = PipeSpec.from_grad_mb(job.grad_mb), job.world
+    per_step = 2 * len(layer_pairs(spec))
+    return {
+        (r, (r + 1) % world): per_step * ring_bytes_to_right(job.batch * spec.hidden, world, r)
+        for r in range(world)
+    }
+
+
+@dataclass(frozen=True)
+class TensorJob:
+    """What every tp rank is told: how many ranks split each pair, and the training parameters."""
+
+    size: int
+    steps: int
+    grad_mb: float
+    batch: int
+    lr: float
+    seed: int
+    compute_ms: float = 0.0
+    timeout: float = 60.0
+
+    def __post_init__(self) -> None:
+        hidden_slice(self.spec, self.size, 0)  # refuses a width too narrow to split
+
+    @property
+    def spec(self) -> PipeSpec:
+        return PipeSpec.from_grad_mb(self.grad_mb)
+
+
+class Ring:
+    """This rank's all-reduces over the whole group (workloads.ring), with what they moved and cost."""
+
+    def __init__(self, rank: int, size: int) -> None:
+        self.rank, self.size = rank, size
+        self.bytes_sent = self.bytes_recv = self.calls = 0
+        self.comm_s = self.wait_s = 0.0
+
+    def sum(self, x: torch.Tensor) -> torch.Tensor:
+        """The sum of every rank's `x` (a new tensor of x's shape, the same bits on every rank)."""
+        t0 = time.perf_counter()
+        flat = x.detach().reshape(-1).clone()
+        stats = ring_allreduce_(flat, self.rank, self.size)
+        self.bytes_sent += stats.bytes_sent
+        self.bytes_recv += stats.bytes_recv
+        self.wait_s += stats.first_wait_s
+        self.calls += 1
+        self.comm_s += time.perf_counter() - t0
+        return flat.view_as(x)
+
+
+class _SumForward(torch.autograd.Function):
+    """Megatron's g: the ranks' partial outputs summed in the forward; the backward passes through."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, ring: Ring) -> torch.Tensor:
+        return ring.sum(x)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+        return grad, None
+
+
+class _SumBackward(torch.autograd.Function):
+    """Megatron's f: the forward passes through; the ranks' gradients of the input summed backward."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, ring: Ring) -> torch.Tensor:
+        ctx.ring = ring
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+        return ctx.ring.sum(grad), None
+
+
+class TensorRank:
+    """One rank's part of the model: the replicated layers whole, its slice of every pair."""
+
+    def __init__(self, job: TensorJob, rank: int) -> None:
+        self.job, self.rank = job, rank
+        self.spec = spec = job.spec
+        self.pairs = dict(layer_pairs(spec))  # column layer -> row layer
+        rows = set(self.pairs.values())
+        part = hidden_slice(spec, job.size, rank)
+        self.params: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        for n in range(spec.depth):
+            w, b = init_layer(spec, n, job.seed)
+            if n in self.pairs:
+                w, b = w[:, part].clone(), b[part].clone()  # column-parallel
+            elif n in rows:
+                w = w[part, :].clone()  # row-parallel; the bias is added once, after the sum
+            self.params[n] = (w.requires_grad_(True), b.requires_grad_(True))
+        self.ring = Ring(rank, job.size)
+
+    def _layer(self, n: int, x: torch.Tensor) -> torch.Tensor:
+        w, b = self.params[n]
+        x = (x @ w) * self.spec.scale(n) + b
+        return x if n == self.spec.depth - 1 else torch.relu(x)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """The model's output on every rank alike (two all-reduces per pair: one here, one in backward)."""
+        n = 0
+        while n < self.spec.depth:
+            if n not in self.pairs:
+                x, n = self._layer(n, x), n + 1
+                continue
+            m = self.pairs[n]
+            h = self._layer(n, _SumBackward.apply(x, self.ring))  # this rank's columns of the middle
+            w, b = self.params[m]
+            partial = (h @ w) * self.spec.scale(m)  # this rank's rows' share of the pair's output
+            x, n = torch.relu(_SumForward.apply(partial, self.ring) + b), m + 1
+        return x
+
+    def _emulate(self) -> None:
+        if self.job.compute_ms:
+            time.sleep(self.job.compute_ms / 1000.0)
+
+    def step(self, step: int) -> float:
+        """One training step on the full batch, its loss; self.ring then holds the step's
+        all-reduces' bytes and times."""
+        job = self.job
+        self.ring = Ring(self.rank, job.size)
+        x, y = make_batch(ModelSpec(self.spec.hidden), job.seed, 0, step, job.batch)
+        loss = F.cross_entropy(self.forward(x), y)
+        self._emulate()
+        loss.backward()
+        self._emulate()
+        with torch.no_grad():
+            for t in (t for pair in self.params.values() for t in pair):
+                assert t.grad is not None
+                t.sub_(t.grad, alpha=job.lr)
+                t.grad = None
+        return float(loss.detach())
+
+
+def rank_record(
+    job: TensorJob, rank: int, step: int, t_start: float, loss: float, ring: Ring
+) -> dict[str, Any]:
+    """The rank's step line: a StepRecord (compute_s is the step's time outside the all-reduces)
+    plus tp's own keys (size, allreduces)."""
+    t_end = time.time()
+    span = t_end - t_start
+    rec = StepRecord(
+        rank=rank,
+        strategy="tp",
+        step=step,
+        t_start=t_start,
+        t_end=t_end,
+        compute_s=max(span - ring.comm_s, 0.0),
+        comm_s=ring.comm_s,
+        wait_s=ring.wait_s,
+        bytes_sent=ring.bytes_sent,
+        bytes_recv=ring.bytes_recv,
+        loss=loss,
+        samples=job.batch if rank == 0 else 0,  # every rank trains on the same batch
+    )
+    return rec.to_dict() | {"tp_size": job.size, "allreduces": ring.calls}
+
+
+def run_rank(job: TensorJob, rank: int, master: str, write: Any) -> None:
+    """Join the group at `master` (host:port, rank 0's), train every step, `write` each step's line
+    (a dict), and leave together with the other ranks."""
+    dist.init_process_group(
+        "gloo",
+        init_method=f"tcp://{master}",
+        rank=rank,
+        world_size=job.size,
+        timeout=timedelta(seconds=job.timeout),
+    )
+    try:
+        me = TensorRank(job, rank)
+        for step in range(job.steps):
+            t_start = time.time()
+            loss = me.step(step)
+            write(rank_record(job, rank, step, t_start, loss, me.ring))
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+
+
+def tensor_job(job: JobSpec) -> TensorJob:
+    """tp's part of a strategy's job.json: the layers split over every rank of the job."""
+    return TensorJob(
+        job.world, job.steps, job.grad_mb, job.batch, job.lr, job.seed, job.compute_ms, job.timeout
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m workloads.tensor --job job.json --rank R`: rank R of a tp job."""
+    return rank_main(
+        argv,
+        "workloads.tensor",
+        __doc__,
+        "tensor-parallel rank",
+        lambda job, rank, master, write: run_rank(tensor_job(job), rank, master, write),
+    )
+
+
+if __name__ == "__main__":
+    exit_flushed(main())
