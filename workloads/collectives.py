@@ -8,10 +8,11 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
+from runmodel.job import JobSpec
 from workloads.errors import WorkloadError
 from workloads.exchange import ExchangeStats
-from workloads.model import sgd_
-from workloads.ring import ring_allreduce_
+from workloads.model import BYTES_PER_PARAM, ModelSpec, sgd_
+from workloads.ring import chunk_sizes, ring_allreduce_
 
 
 def join_gloo(url: str, rank: int, world: int, timeout_s: float) -> None:
@@ -20,6 +21,24 @@ def join_gloo(url: str, rank: int, world: int, timeout_s: float) -> None:
     dist.init_process_group(
         "gloo", init_method=url, rank=rank, world_size=world, timeout=timedelta(seconds=timeout_s)
     )
+
+
+def traffic_theory(job: JobSpec) -> dict[tuple[int, int], int]:
+    """The `ring` strategy's payload bytes per step from rank a to rank b: all to the right
+    neighbour, the whole gradient twice but the chunk the rank ends its reduce-scatter with
+    (r + 1's) and the one its neighbour does (r + 2's): 2 (N-1)/N of the gradient, to the byte of
+    the ring's chunking. `allreduce` has none: gloo picks its algorithm and does not say."""
+    if job.strategy != "ring":
+        raise ValueError(f"no traffic theory for {job.strategy!r}: gloo's all-reduce picks its own algorithm")
+    world = job.world
+    n = ModelSpec.from_grad_mb(job.grad_mb).nparams
+    c = chunk_sizes(n, world)
+    if world == 1:
+        return {}
+    return {
+        (r, (r + 1) % world): (2 * n - c[(r + 1) % world] - c[(r + 2) % world]) * BYTES_PER_PARAM
+        for r in range(world)
+    }
 
 
 def _reason(exc: BaseException) -> str:
