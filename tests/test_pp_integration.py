@@ -54,7 +54,7 @@ def test_hidden_width_by_hand() -> None:
     assert (spec.hidden, spec.depth, spec.nparams) == (HIDDEN, 8, 131482)
 
 
-def _pair_bytes(run: Path, name: str) -> dict[tuple[str, str], int]:
+def pair_bytes(run: Path, name: str) -> dict[tuple[str, str], int]:
     """Unique TCP payload bytes host to host, from each stage host's own capture (what it sent),
     without the rendezvous store's connections (the master port)."""
     sf = RunFolder(run).strategy(name)
@@ -80,7 +80,7 @@ def test_stage_bytes_match_theory(pp_run: Path, name: str) -> None:
     connect and say goodbye: under 1 % of that."""
     job = json.loads(RunFolder(pp_run).strategy(name).job_file.read_text())
     hosts = [r["host"] for r in job["ranks"]]
-    got = _pair_bytes(pp_run, name)
+    got = pair_bytes(pp_run, name)
     theory = STEPS * BATCH * HIDDEN * 4
     print(f"{name}: theory {theory} per direction; captured {dict(got)}")
     for a, b in zip(hosts, hosts[1:], strict=False):
