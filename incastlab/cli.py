@@ -200,6 +200,7 @@ def cmd_experiment(args: argparse.Namespace) -> int:
     made_by = {"scenario": str(scenario), "provenance": provenance(args.argv).to_dict()}
     folder.write_config(cfg, **made_by)
     say(f"run folder: {folder.path}")
+    say(cfg.placement_line())
     error: str | None = None
     code = 0
     try:

@@ -41,6 +41,8 @@ __all__ = [
 ]
 
 CAPTURES = ("all", "ps-port", "none")
+PACKED, SPREAD = "packed", "spread"
+RANK_PLACEMENTS = (PACKED, SPREAD)  # or a list of hosts, one per rank
 
 
 def is_finite(value: Any) -> bool:
@@ -51,6 +53,21 @@ def is_finite(value: Any) -> bool:
 def split_commas(text: str) -> tuple[str, ...]:
     """'ps, ring' -> ('ps', 'ring')."""
     return tuple(s.strip() for s in text.split(",") if s.strip())
+
+
+def placement_text(text: str) -> str:
+    """A rank placement as config.json holds it: 'packed', 'spread' or 'h3,h5,h2' (no spaces)."""
+    return ",".join(split_commas(text))
+
+
+def spread_over_leaves(hosts: list[str], leaf_of: Any) -> list[str]:
+    """`hosts` dealt round-robin over their leaves (leaves in order of first appearance, each leaf's
+    hosts in the given order): h2,h3,h4,h5 on lf1,lf2,lf2,lf3 -> h2,h3,h5,h4."""
+    by_leaf: dict[str, list[str]] = {}
+    for h in hosts:
+        by_leaf.setdefault(leaf_of(h), []).append(h)
+    rounds = max((len(v) for v in by_leaf.values()), default=0)
+    return [leaf[r] for r in range(rounds) for leaf in by_leaf.values() if r < len(leaf)]
 
 
 STRAGGLER_KNOBS = {
@@ -210,7 +227,16 @@ class ExperimentConfig(RunConfig):
 
     fabric: FabricSpec = param(factory=FabricSpec, cli=False)
     controller: ControllerOptions = param(factory=ControllerOptions, cli=False)
-    workers: int = param(0, "number of workers (0: every host but the PS)")
+    workers: int = param(0, "number of workers (0: every host but the PS, or the hosts --placement lists)")
+    rank_placement: str = param(
+        PACKED,
+        "which host runs each worker rank: packed (a leaf's hosts before the next leaf's), spread "
+        "(round-robin over the leaves) or the hosts in rank order, e.g. h3,h5,h2 (not the PS "
+        "shards' placement= option of a ps variant)",
+        flag="--placement",
+        parse=placement_text,
+        metavar="packed|spread|H,H,...",
+    )
     strategies: tuple[str, ...] = param(
         ("ps", "ring"),
         "comma-separated: " + ",".join(KINDS) + "; a "
@@ -316,14 +342,56 @@ class ExperimentConfig(RunConfig):
         return [h for h in self.fabric.host_names if h not in servers]
 
     @property
+    def placement_hosts(self) -> tuple[str, ...]:
+        """The hosts a listed rank placement names, in rank order (empty for packed and spread)."""
+        if self.rank_placement in RANK_PLACEMENTS:
+            return ()
+        return split_commas(self.rank_placement)
+
+    @property
     def n_workers(self) -> int:
         """How many workers train."""
-        return self.workers or len(self.candidate_hosts)
+        return self.workers or len(self.placement_hosts) or len(self.candidate_hosts)
 
     @property
     def worker_hosts(self) -> list[str]:
-        """The hosts that run workers, in rank order."""
-        return self.candidate_hosts[: self.n_workers]
+        """The hosts that run workers, in rank order (rank r on the r-th): the rank placement's
+        choice among the candidate hosts."""
+        if self.placement_hosts:
+            return list(self.placement_hosts[: self.n_workers])
+        hosts = self.candidate_hosts
+        if self.rank_placement == SPREAD:
+            hosts = spread_over_leaves(hosts, self.fabric.leaf_of)
+        return hosts[: self.n_workers]
+
+    def placement_line(self) -> str:
+        """The ranks' hosts in one line with their leaves: `rank placement spread: 0 h2 (lf1), ...`."""
+        where = ", ".join(f"{r} {h} ({self.fabric.leaf_of(h)})" for r, h in enumerate(self.worker_hosts))
+        kind = self.rank_placement if self.rank_placement in RANK_PLACEMENTS else "given"
+        return f"rank placement {kind}: {where}"
+
+    def check_placement(self) -> None:
+        """Refuse a rank placement that cannot be: a word that is neither packed nor spread, a host
+        not in the fabric, a PS host, one host twice, or a list whose length is not --workers."""
+        text = self.rank_placement
+        if not isinstance(text, str) or not text:
+            raise ParamError(f"placement must be packed, spread or hosts like h3,h5, got {text!r}")
+        given = self.placement_hosts
+        if not given:
+            return
+        if len(given) == 1 and not re.fullmatch(r"h\d+", given[0]):
+            raise ParamError(f"placement must be packed, spread or hosts like h3,h5, got {text!r}")
+        for host in given:
+            self.fabric.check_host("placement", host)
+            if host in self.server_hosts:
+                raise ParamError(f"placement: {host} is a PS host of this run, it cannot run a worker")
+        twice = next((h for k, h in enumerate(given) if h in given[:k]), None)
+        if twice:
+            raise ParamError(f"placement: {twice} is named twice (one rank per host)")
+        if self.workers and len(given) != self.workers:
+            raise ParamError(
+                f"placement names {len(given)} hosts for {self.workers} workers: give one host per rank"
+            )
 
     @property
     def grad_bytes(self) -> int:
@@ -355,6 +423,7 @@ class ExperimentConfig(RunConfig):
                     f"and 2 workers, the fabric has {self.fabric.n_hosts} hosts"
                 )
         whole("workers", self.workers, 0)
+        self.check_placement()
         others = self.candidate_hosts
         if self.workers > len(others):
             raise ParamError(
@@ -449,6 +518,8 @@ class ExperimentConfig(RunConfig):
             lists=("strategies", "faults", "job_command"),
             comma=("strategies",),
         )
+        if isinstance(doc.get("rank_placement"), list | tuple):  # a scenario may list the hosts
+            doc["rank_placement"] = ",".join(map(str, doc["rank_placement"]))
         if "stragglers" in doc:
             if not isinstance(doc["stragglers"], list | tuple):
                 raise ParamError(f"{where}: stragglers must be a list")

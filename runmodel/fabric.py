@@ -85,6 +85,11 @@ class FabricSpec:
         """Hosts h1..hN, numbered leaf by leaf."""
         return [f"h{i}" for i in range(1, self.n_hosts + 1)]
 
+    def leaf_of(self, host: str) -> str:
+        """The leaf a host hangs under (lf1 for h1..h<hosts_per_leaf>), as build_plan wires it."""
+        self.check_host("host", host)
+        return f"lf{(int(host[1:]) - 1) // self.hosts_per_leaf + 1}"
+
     @property
     def oversubscription(self) -> float:
         """Host bandwidth into a leaf over its uplink bandwidth (1.0 = non-blocking)."""
