@@ -35,7 +35,7 @@ from runmodel.records import StepRecord
 from workloads.errors import exit_flushed
 from workloads.model import BYTES_PER_PARAM, ModelSpec, make_batch, shard_bounds
 from workloads.pipeline import PipeSpec, init_layer, rank_main
-from workloads.ring import ring_allreduce_, schedule
+from workloads.ring import chunk_sizes, ring_allreduce_, schedule
 
 
 def layer_pairs(spec: PipeSpec) -> list[tuple[int, int]]:
@@ -55,11 +55,8 @@ def hidden_slice(spec: PipeSpec, size: int, rank: int) -> slice:
 
 def ring_bytes_to_right(numel: int, world: int, rank: int) -> int:
     """Payload bytes rank `rank` sends its right neighbour in one workloads.ring all-reduce of `numel`
-    float32: the chunks its ring schedule sends, torch.tensor_split's (the first numel % world
-    chunks one element longer)."""
-    if world == 1:
-        return 0
-    chunk = [numel // world + (c < numel % world) for c in range(world)]
+    float32: the chunks (ring.chunk_sizes) its ring schedule sends."""
+    chunk = chunk_sizes(numel, world)
     return sum(chunk[sent] for sent, _, _ in schedule(rank, world)) * BYTES_PER_PARAM
 
 
