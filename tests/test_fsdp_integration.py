@@ -1,0 +1,86 @@
+"""fsdp and the ring on a real fabric: one short compare run of both, 3 workers, every capture.
+
+fsdp trains the ring's model on the ring's data, so its final losses are the ring's; each host
+pair's payload bytes in the captures are the strategy's traffic_theory x steps. Counted as
+tests/test_pp_integration.py counts them (its pair_bytes): tshark's unique TCP payload bytes
+from each rank host's own capture, what it sent, without the rendezvous store's connections (the
+master port, all to rank 0's host); gloo's pair connections and their headers remain."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from runmodel.folder import RunFolder
+from runmodel.job import JobSpec
+from runmodel.records import read_jsonl
+from tests.conftest import guarded_host, run_cli
+from tests.test_pp_integration import pair_bytes
+from workloads.collectives import traffic_theory as ring_theory
+from workloads.fsdp import traffic_theory as fsdp_theory
+
+pytestmark = pytest.mark.integration
+
+STEPS, WORKERS = 4, 3
+THEORY = {"ring": ring_theory, "fsdp": fsdp_theory}
+
+
+@pytest.fixture(scope="module")
+def fsdp_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    results = tmp_path_factory.mktemp("fsdp")
+    with guarded_host("fsdp"):
+        proc = run_cli(
+            ["compare", "--strategies", "ring,fsdp", "--steps", str(STEPS), "--workers", str(WORKERS),
+             "--capture", "all", "--results", str(results)],
+            timeout=300,
+        )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    print(proc.stdout[-3000:])
+    return results / "latest"
+
+
+def _steps(run: Path, name: str) -> list[list[dict]]:
+    sf = RunFolder(run).strategy(name)
+    return [
+        [d for d in read_jsonl(sf.worker_log(r)) if "step" in d and "event" not in d] for r in range(WORKERS)
+    ]
+
+
+def test_fsdp_ends_at_the_rings_loss(fsdp_run: Path) -> None:
+    """Every rank's losses, step by step, are the ring's within relative 1e-5 (the same seed and
+    batches; the sums across ranks run in another order), the first to the bit."""
+    ring, fsdp = _steps(fsdp_run, "ring"), _steps(fsdp_run, "fsdp")
+    for r in range(WORKERS):
+        a, b = [d["loss"] for d in ring[r]], [d["loss"] for d in fsdp[r]]
+        print(f"rank {r}: ring {a}\n        fsdp {b}")
+        assert [d["step"] for d in fsdp[r]] == list(range(STEPS))
+        assert b == pytest.approx(a, rel=1e-5) and a[0] == b[0]
+
+
+@pytest.mark.parametrize("name", list(THEORY))
+def test_pair_bytes_match_theory(fsdp_run: Path, name: str) -> None:
+    """Each pair the theory names carries its bytes x steps within 5 % (gloo's message headers);
+    the others (the reverse direction: receive-ready notes, the handshakes, the last barrier)
+    under 1 % of that. The ranks also logged exactly the theory's row and column each step."""
+    sf = RunFolder(fsdp_run).strategy(name)
+    job = JobSpec.load(sf.job_file)
+    hosts = [r.host for r in job.ranks]
+    theory = THEORY[name](job)
+    got = pair_bytes(fsdp_run, name)
+    print(f"{name}: theory per step {theory}; captured {dict(got)}")
+    smallest = min(theory.values())
+    for a in range(WORKERS):
+        for b in range(WORKERS):
+            if a == b:
+                continue
+            n = got[(hosts[a], hosts[b])]
+            if (a, b) in theory:
+                want = theory[(a, b)] * STEPS
+                assert abs(n - want) <= 0.05 * want, (a, b, n, want)
+            else:
+                assert n < 0.01 * smallest * STEPS, (a, b, n)
+    for r, lines in enumerate(_steps(fsdp_run, name)):
+        row = sum(v for (a, _), v in theory.items() if a == r)
+        col = sum(v for (_, b), v in theory.items() if b == r)
+        assert {(d["bytes_sent"], d["bytes_recv"]) for d in lines} == {(row, col)}, (name, r)
