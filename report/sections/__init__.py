@@ -12,6 +12,7 @@ page order; a new section, or a verdict box at the top, is one more function in 
     fidelity.py    the fidelity verdict box and the Fidelity section
     timing.py      iteration time against the bounds, the split of communication time
     cures.py       the PS variants against the plain PS and the ring
+    parallel.py    the model splits beside the ring: who sent what where, traffic matrix vs theory
     queues.py      switch queues, hot ports, drops and retransmissions over time
     traffic.py     goodput, link utilisation, bytes per link
     events.py      faults, controller events, holes in the statistics
@@ -34,6 +35,7 @@ from report.sections import (
     fidelity,
     incast,
     overview,
+    parallel,
     queues,
     stragglers,
     tables,
@@ -55,6 +57,7 @@ SECTIONS: list[Callable[[RunView], Section | None]] = [
     tables.comparison,
     timing.iteration_time,
     cures.cures,
+    parallel.parallel,
     queues.ps_queue,
     queues.drops_over_time,
     traffic.goodput,
