@@ -76,7 +76,11 @@ class PipeSpec:
 
     @property
     def nparams(self) -> int:
-        return sum(i * o + o for i, o in map(self.shape, range(self.depth)))
+        return self.params_of(range(self.depth))
+
+    def params_of(self, layers: range) -> int:
+        """Weights and biases of `layers` (a stage's: its gradient is that many floats)."""
+        return sum(i * o + o for i, o in map(self.shape, layers))
 
     def scale(self, layer: int) -> float:
         """NTK scaling of layer `layer`'s product, (gain / fan_in) ** 0.5 (gain 2 before a ReLU, 1 for
@@ -132,12 +136,17 @@ class Layers:
                 t.grad = None
 
 
-def unsplit_losses(spec: PipeSpec, seed: int, steps: int, batch: int, lr: float) -> list[float]:
-    """The same model trained whole, one process, the full batch at once: the pipeline's oracle."""
+def unsplit_losses(
+    spec: PipeSpec, seed: int, steps: int, batch: int, lr: float, pipelines: int = 1
+) -> list[float]:
+    """The same model trained whole, one process, the full batch at once: the pipeline's oracle.
+    With `pipelines` > 1 (hybrid) the full batch is every pipeline's batch one after another
+    (model.make_batch's streams 0 .. pipelines - 1), its loss their mean."""
     model = Layers(spec, range(spec.depth), seed)
     losses = []
     for step in range(steps):
-        x, y = make_batch(ModelSpec(spec.hidden), seed, 0, step, batch)
+        parts = [make_batch(ModelSpec(spec.hidden), seed, p, step, batch) for p in range(pipelines)]
+        x, y = torch.cat([x for x, _ in parts]), torch.cat([y for _, y in parts])
         loss = F.cross_entropy(model.forward(x), y)
         loss.backward()
         model.sgd_(lr)
@@ -190,10 +199,17 @@ class StageStep:
 
 
 class Stage:
-    """One stage process's part of the pipeline (the process group is set up by the caller)."""
+    """One stage process's part of the pipeline (the process group is set up by the caller).
 
-    def __init__(self, job: PipeJob, stage: int) -> None:
-        self.job, self.stage = job, stage
+    `base` is the global rank of the pipeline's first stage (its stages are ranks base .. base + S - 1)
+    and `data` the make_batch stream its batches come from: 0 and 0 for pp, one pipeline of several
+    for hybrid. A subclass may act on the gradients between the backwards and the SGD (reduce_grads)."""
+
+    strategy = "pp"
+
+    def __init__(self, job: PipeJob, stage: int, base: int = 0, data: int = 0) -> None:
+        self.job, self.stage, self.base, self.data = job, stage, base, data
+        self.rank = base + stage
         self.spec = job.spec
         self.layers = Layers(self.spec, self.spec.stage_layers(stage, job.stages), job.seed)
         self.plan = stage_actions(stage, job.stages, job.micro, job.schedule)
@@ -207,7 +223,7 @@ class Stage:
         """Run the stage's actions for one step, then its SGD; waits for its sends to leave."""
         job, s, out = self.job, self.stage, StageStep()
         last = s == job.stages - 1
-        x, y = make_batch(ModelSpec(self.spec.hidden), job.seed, 0, step, job.batch)
+        x, y = make_batch(ModelSpec(self.spec.hidden), job.seed, self.data, step, job.batch)
         inputs: dict[int, torch.Tensor] = {}
         outputs: dict[int, torch.Tensor] = {}
         grads: dict[int, torch.Tensor] = {}
@@ -216,21 +232,21 @@ class Stage:
             i, tag = a.mb, 2 * a.mb
             if a.op == RECV_ACT:
                 buf = torch.empty(self.rows, self.spec.hidden)
-                dist.recv(buf, src=s - 1, tag=tag)
+                dist.recv(buf, src=self.rank - 1, tag=tag)
                 inputs[i] = buf.requires_grad_(True)
                 out.bytes_recv += buf.numel() * buf.element_size()
             elif a.op == RECV_GRAD:
                 grads[i] = torch.empty(self.rows, self.spec.hidden)
-                dist.recv(grads[i], src=s + 1, tag=tag + 1)
+                dist.recv(grads[i], src=self.rank + 1, tag=tag + 1)
                 out.bytes_recv += grads[i].numel() * grads[i].element_size()
             elif a.op == SEND_ACT:
                 act = outputs[i].detach().contiguous()
-                out.sends.append((dist.isend(act, dst=s + 1, tag=tag), act))
+                out.sends.append((dist.isend(act, dst=self.rank + 1, tag=tag), act))
                 out.bytes_sent += act.numel() * act.element_size()
             elif a.op == SEND_GRAD:
                 g = inputs.pop(i).grad
                 assert g is not None
-                out.sends.append((dist.isend(g, dst=s - 1, tag=tag + 1), g))
+                out.sends.append((dist.isend(g, dst=self.rank - 1, tag=tag + 1), g))
                 out.bytes_sent += g.numel() * g.element_size()
             else:
                 c0 = time.perf_counter()
@@ -252,19 +268,36 @@ class Stage:
         for work, _ in out.sends:
             work.wait()
         out.sends.clear()
+        self.reduce_grads(out)
         self.layers.sgd_(job.lr)
         out.loss = sum(losses) / len(losses) if losses else None
         return out
 
+    def reduce_grads(self, out: StageStep) -> None:
+        """Between the step's backwards and its SGD: nothing in a pipeline of its own."""
 
-def stage_record(job: PipeJob, stage: int, step: int, t_start: float, measured: StageStep) -> dict[str, Any]:
+    def record(self, step: int, t_start: float, measured: StageStep) -> dict[str, Any]:
+        """The step's line (stage_record)."""
+        return stage_record(self.job, self.stage, step, t_start, measured, self.rank, self.strategy)
+
+
+def stage_record(
+    job: PipeJob,
+    stage: int,
+    step: int,
+    t_start: float,
+    measured: StageStep,
+    rank: int | None = None,
+    strategy: str = "pp",
+) -> dict[str, Any]:
     """The stage's step line: a StepRecord (what every strategy's summary reads) plus the
-    pipeline's own keys (stage, in_flight, bubble and its theory)."""
+    pipeline's own keys (stage, in_flight, bubble and its theory). `rank`: the global rank (the
+    stage's own by default)."""
     t_end = time.time()
     span = max(t_end - t_start, 1e-9)
     rec = StepRecord(
-        rank=stage,
-        strategy="pp",
+        rank=stage if rank is None else rank,
+        strategy=strategy,
         step=step,
         t_start=t_start,
         t_end=t_end,
@@ -290,19 +323,27 @@ def stage_record(job: PipeJob, stage: int, step: int, t_start: float, measured: 
 def run_stage(job: PipeJob, stage: int, master: str, write: Any) -> None:
     """Join the pipeline's process group at `master` (host:port, stage 0's), train every step,
     `write` each step's line (a dict), and leave together with the other stages."""
+    run_stages(job, lambda: Stage(job, stage), stage, job.stages, master, write)
+
+
+def run_stages(
+    job: PipeJob, make: Callable[[], Stage], rank: int, world: int, master: str, write: Any
+) -> None:
+    """run_stage for any group of stages: join the group of `world` at `master` as `rank`, build the
+    stage (`make`), train and write its job's steps, leave together with the others."""
     dist.init_process_group(
         "gloo",
         init_method=f"tcp://{master}",
-        rank=stage,
-        world_size=job.stages,
+        rank=rank,
+        world_size=world,
         timeout=timedelta(seconds=job.timeout),
     )
     try:
-        me = Stage(job, stage)
+        me = make()
         t_start = time.time()
         for step in range(job.steps):
             measured = me.step(step)
-            line = stage_record(job, stage, step, t_start, measured)
+            line = me.record(step, t_start, measured)
             write(line)
             t_start = line["t_end"]  # steps back to back: the wait for the next step's input is its idle
         dist.barrier()
@@ -314,10 +355,15 @@ def traffic_theory(job: JobSpec) -> dict[tuple[int, int], int]:
     """Payload bytes per training step from stage a to stage b (the traffic-matrix figure's theory):
     between consecutive stages the batch's activations forward and as many gradient bytes back
     (analysis.pipeline.stage_bytes_theory), whatever M; nothing between the others."""
+    return stage_pairs(job.grad_mb, job.batch, job.world)
+
+
+def stage_pairs(grad_mb: float, batch: int, stages: int, base: int = 0) -> dict[tuple[int, int], int]:
+    """traffic_theory of one pipeline whose stages are ranks base .. base + stages - 1."""
     from analysis.pipeline import stage_bytes_theory  # analysis imports this module: import when used
 
-    each_way = stage_bytes_theory(job.grad_mb, job.batch)
-    return {pair: each_way for s in range(job.world - 1) for pair in ((s, s + 1), (s + 1, s))}
+    each_way = stage_bytes_theory(grad_mb, batch)
+    return {pair: each_way for r in range(base, base + stages - 1) for pair in ((r, r + 1), (r + 1, r))}
 
 
 def pipe_job(job: JobSpec) -> PipeJob:
