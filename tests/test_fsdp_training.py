@@ -76,3 +76,19 @@ def test_fsdp_trains_like_the_ring(tmp_path: Path, rng: random.Random) -> None:
         for s in range(1, STEPS):
             frozen, _ = loss_and_grad(model, w0, *make_batch(model, seed, r, s, 32))
             assert abs(runs["fsdp"][r][s]["loss"] - frozen) > 1e-4, (r, s, frozen)
+
+
+def test_a_lone_rank_fails_in_one_line(tmp_path: Path) -> None:
+    """Rank 1 of 2 with nobody at the master port: after the job's timeout, one stderr line of ours
+    naming the rank and the rendezvous (the last; c10d's C++ logs its own before it), exit 1, no
+    Python traceback."""
+    spec = dataclasses.replace(job("fsdp", 2, grad_mb=0.05), timeout=3)
+    ranks = tuple(dataclasses.replace(r, log=str(tmp_path / f"r{r.rank}.jsonl")) for r in spec.ranks)
+    spec = dataclasses.replace(spec, ranks=ranks, master_port=_free_port())
+    spec.write(tmp_path / "job.json")
+    cmd = [sys.executable, "-m", "workloads.fsdp", "--job", str(tmp_path / "job.json"), "--rank", "1"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    print(proc.stderr)
+    assert proc.returncode == 1
+    assert "Traceback" not in proc.stderr
+    assert proc.stderr.splitlines()[-1].startswith("worker 1: rendezvous (rank 1/2, tcp://127.0.0.1:")

@@ -175,6 +175,9 @@ def train(job: JobSpec, me: RankJob, write: Any) -> None:
             t_start = time.time()
             x, y = make_batch(spec, job.seed, me.rank, step, job.batch)
             m = model.step(x, y)
+            if me.slow_every and (step + 1) % me.slow_every == 0:  # a straggler, as workloads.worker's
+                time.sleep(m.compute_s * (me.slow_factor - 1.0))
+                m.compute_s *= me.slow_factor
             rec = StepRecord(
                 rank=me.rank, strategy=job.strategy, step=step, t_start=t_start, t_end=time.time(),
                 compute_s=m.compute_s, comm_s=m.comm_s, wait_s=m.wait_s, bytes_sent=m.bytes_sent,
