@@ -5,6 +5,8 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import socket
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 import torch
@@ -12,10 +14,29 @@ import torch
 pytestmark = pytest.mark.processes
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def spawn_ranks(target: Callable[..., None], world: int, *args: Any) -> dict[int, Any]:
+    """Run target(rank, *args, queue) in `world` spawned processes; each puts (rank, result) on the
+    queue once. Their results by rank, after every process exited 0."""
+    ctx = mp.get_context("spawn")
+    out: mp.Queue = ctx.Queue()
+    procs = [ctx.Process(target=target, args=(r, *args, out)) for r in range(world)]
+    for p in procs:
+        p.start()
+    try:
+        got = dict(out.get(timeout=180) for _ in range(world))
+    finally:
+        for p in procs:
+            p.join(timeout=30)
+            if p.is_alive():
+                p.kill()
+    assert all(p.exitcode == 0 for p in procs)
+    return got
 
 
 def _rows(rank: int, world: int, width: int) -> torch.Tensor:
@@ -37,16 +58,8 @@ def _child(rank: int, world: int, port: int, width: int, out: mp.Queue) -> None:
     again, more = all_to_all(recv, rank, world)  # an all-to-all is its own inverse
     dist.barrier()
     dist.destroy_process_group()
-    out.put(
-        (
-            rank,
-            recv.numpy().tobytes(),
-            again.numpy().tobytes(),
-            stats.bytes_sent,
-            stats.bytes_recv,
-            more.calls,
-        )
-    )
+    moved = (stats.bytes_sent, stats.bytes_recv, more.calls)
+    out.put((rank, (recv.numpy().tobytes(), again.numpy().tobytes(), *moved)))
 
 
 def test_peer_order_by_hand() -> None:
@@ -58,23 +71,7 @@ def test_peer_order_by_hand() -> None:
 
 @pytest.mark.parametrize(("world", "width"), [(2, 5), (3, 1000), (5, 33)])
 def test_all_to_all_delivers_every_row_and_counts_its_bytes(world: int, width: int) -> None:
-    ctx = mp.get_context("spawn")
-    out: mp.Queue = ctx.Queue()
-    port = _free_port()
-    procs = [ctx.Process(target=_child, args=(r, world, port, width, out)) for r in range(world)]
-    for p in procs:
-        p.start()
-    try:
-        got = {}
-        for _ in range(world):
-            rank, raw, back, sent, recv, calls = out.get(timeout=120)
-            got[rank] = (raw, back, sent, recv, calls)
-    finally:
-        for p in procs:
-            p.join(timeout=30)
-            if p.is_alive():
-                p.kill()
-    assert all(p.exitcode == 0 for p in procs)
+    got = spawn_ranks(_child, world, world, free_port(), width)
     for rank, (raw, back, sent, recv, calls) in got.items():
         t = torch.frombuffer(bytearray(raw), dtype=torch.float32).view(world, width)
         for j in range(world):  # row j came from rank j, which meant it for this rank

@@ -7,10 +7,10 @@ from __future__ import annotations
 import dataclasses
 import multiprocessing as mp
 import os
-import socket
 
 import pytest
 
+from tests.test_moe_alltoall import free_port, spawn_ranks
 from tests.test_moe_unit import moe_job
 
 pytestmark = pytest.mark.processes
@@ -18,13 +18,7 @@ pytestmark = pytest.mark.processes
 SEED, STEPS, BATCH, GRAD_MB = 1, 8, 16, 0.05
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _child(job_doc: dict, rank: int, out: mp.Queue) -> None:
+def _child(rank: int, job_doc: dict, out: mp.Queue) -> None:
     os.environ["GLOO_SOCKET_IFNAME"] = "lo"
     import torch
 
@@ -37,24 +31,6 @@ def _child(job_doc: dict, rank: int, out: mp.Queue) -> None:
     out.put((rank, lines))
 
 
-def _run(job) -> dict[int, list[dict]]:
-    ctx = mp.get_context("spawn")
-    out: mp.Queue = ctx.Queue()
-    doc = job.to_dict()
-    procs = [ctx.Process(target=_child, args=(doc, r, out)) for r in range(job.world)]
-    for p in procs:
-        p.start()
-    try:
-        got = dict(out.get(timeout=180) for _ in range(job.world))
-    finally:
-        for p in procs:
-            p.join(timeout=30)
-            if p.is_alive():
-                p.kill()
-    assert all(p.exitcode == 0 for p in procs)
-    return got
-
-
 @pytest.mark.parametrize(("variant", "workers"), [("moe:experts=2", 3), ("moe", 4)])
 def test_ranks_move_the_theory_and_train_as_the_unsplit_model(variant: str, workers: int) -> None:
     from workloads.moe import MoeSpec, traffic_theory, unsplit_losses
@@ -64,10 +40,10 @@ def test_ranks_move_the_theory_and_train_as_the_unsplit_model(variant: str, work
     job = dataclasses.replace(
         job,
         master_addr="127.0.0.1",
-        master_port=_free_port(),
+        master_port=free_port(),
         ranks=tuple(dataclasses.replace(r, ifname="lo") for r in job.ranks),
     )
-    lines = _run(job)
+    lines = spawn_ranks(_child, job.world, job.to_dict())
     theory = traffic_theory(job)
     n = job.world
     for r in range(n):
