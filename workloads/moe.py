@@ -35,7 +35,7 @@ from workloads.alltoall import AllToAllStats, all_to_all
 from workloads.collectives import _reason, join_gloo
 from workloads.errors import WorkloadError, exit_flushed, failures_reported, open_rank
 from workloads.model import BYTES_PER_PARAM, CLASSES, D_IN, ModelSpec, _generator, make_batch
-from workloads.ring import ring_allreduce_, schedule
+from workloads.ring import chunk_sizes, ring_allreduce_, schedule
 
 CAPACITY_FACTOR = 1.25  # Switch Transformer's training default: a quarter of slack per expert
 AUX_WEIGHT = 0.01  # Switch's load-balancing loss coefficient
@@ -103,10 +103,10 @@ class MoeSpec:
 
 def ring_sent_bytes(elements: int, rank: int, world: int) -> int:
     """Payload bytes `rank` sends its right neighbour in one ring all-reduce of `elements` float32:
-    the chunks ring.schedule names (torch.tensor_split's: the first elements % world one longer)."""
+    the chunks ring.schedule names, as ring.chunk_sizes cuts them."""
     if world == 1:
         return 0
-    size = [elements // world + (k < elements % world) for k in range(world)]
+    size = chunk_sizes(elements, world)
     return sum(size[sent] for sent, _, _ in schedule(rank, world)) * BYTES_PER_PARAM
 
 
