@@ -5,6 +5,7 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import socket
+from collections.abc import Callable
 
 import pytest
 import torch
@@ -16,6 +17,30 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def _run_ranks(target: Callable[..., None], world: int, args: Callable[[int, int, mp.Queue], tuple]) -> dict:
+    """`target(*args(rank, port, queue))` in a spawned process per rank, gloo meeting at a free
+    loopback port; {rank: what the rank put on the queue as (rank, result)}, every exit checked."""
+    print(f"tensor seeds: {[100 + r for r in range(world)]} (rank r: torch seed 100 + r)")
+    ctx = mp.get_context("spawn")
+    out: mp.Queue = ctx.Queue()
+    port = _free_port()
+    procs = [ctx.Process(target=target, args=args(r, port, out)) for r in range(world)]
+    for p in procs:
+        p.start()
+    results = {}
+    try:
+        for _ in range(world):
+            rank, result = out.get(timeout=120)
+            results[rank] = result
+    finally:
+        for p in procs:
+            p.join(timeout=30)
+            if p.is_alive():
+                p.kill()
+    assert all(p.exitcode == 0 for p in procs)
+    return results
 
 
 def _rank_tensor(rank: int, length: int) -> torch.Tensor:
@@ -45,16 +70,8 @@ def _ring_child(
     ring_allreduce_(whole, rank, world, segment_bytes=1 << 40, min_segments=1)
     dist.barrier()
     dist.destroy_process_group()
-    out.put(
-        (
-            rank,
-            t.numpy().tobytes(),
-            stats.bytes_sent,
-            stats.bytes_recv,
-            bool(torch.equal(t, whole)),
-            stats.segments,
-        )
-    )
+    same = bool(torch.equal(t, whole))
+    out.put((rank, (t.numpy().tobytes(), stats.bytes_sent, stats.bytes_recv, same, stats.segments)))
 
 
 def test_a_small_chunk_is_still_cut_to_pipeline() -> None:
@@ -82,30 +99,14 @@ def test_ring_allreduce_sums_exactly_like_local_sum(
     world: int, length: int, segment_bytes: int, window: int
 ) -> None:
     assert length % world  # the point: chunks of unequal size (and an empty one for length 3)
-    print(f"tensor seeds: {[100 + r for r in range(world)]} (rank r: torch seed 100 + r)")
-    ctx = mp.get_context("spawn")
-    out: mp.Queue = ctx.Queue()
-    port = _free_port()
-    procs = [
-        ctx.Process(target=_ring_child, args=(r, world, port, length, out, segment_bytes, window))
-        for r in range(world)
-    ]
-    for p in procs:
-        p.start()
     results = {}
-    try:
-        for _ in range(world):
-            rank, raw, sent, recv, same_as_unpipelined, segments = out.get(timeout=120)
-            results[rank] = (torch.frombuffer(bytearray(raw), dtype=torch.float32), sent, recv)
-            assert same_as_unpipelined, f"rank {rank}: the pipelined sum differs from the unpipelined one"
-            chunk_bytes = -(-length // world) * 4
-            assert segments == max(1, -(-chunk_bytes // segment_bytes), min(4, chunk_bytes // (32 * 1024)))
-    finally:
-        for p in procs:
-            p.join(timeout=30)
-            if p.is_alive():
-                p.kill()
-    assert all(p.exitcode == 0 for p in procs)
+    for rank, (raw, sent, recv, same_as_unpipelined, segments) in _run_ranks(
+        _ring_child, world, lambda r, port, out: (r, world, port, length, out, segment_bytes, window)
+    ).items():
+        results[rank] = (torch.frombuffer(bytearray(raw), dtype=torch.float32), sent, recv)
+        assert same_as_unpipelined, f"rank {rank}: the pipelined sum differs from the unpipelined one"
+        chunk_bytes = -(-length // world) * 4
+        assert segments == max(1, -(-chunk_bytes // segment_bytes), min(4, chunk_bytes // (32 * 1024)))
     expected = sum(_rank_tensor(r, length) for r in range(world))
     for rank, (t, _, _) in results.items():
         assert torch.allclose(t, expected, atol=1e-5), f"rank {rank} disagrees"
@@ -136,15 +137,8 @@ def _halves_child(rank: int, world: int, port: int, length: int, segment_bytes: 
     ag = ring_all_gather_(g, rank, world, segment_bytes=segment_bytes)
     dist.barrier()
     dist.destroy_process_group()
-    out.put(
-        (
-            rank,
-            mine.numpy().tobytes(),
-            g.numpy().tobytes(),
-            (rs.bytes_sent, rs.bytes_recv),
-            (ag.bytes_sent, ag.bytes_recv),
-        )
-    )
+    rs_bytes, ag_bytes = (rs.bytes_sent, rs.bytes_recv), (ag.bytes_sent, ag.bytes_recv)
+    out.put((rank, (mine.numpy().tobytes(), g.numpy().tobytes(), rs_bytes, ag_bytes)))
 
 
 @pytest.mark.parametrize(
@@ -164,27 +158,9 @@ def test_reduce_scatter_and_all_gather(
     from workloads.ring import chunk_sizes
 
     assert chunk_sizes(length, world) == chunks
-    print(f"tensor seeds: {[100 + r for r in range(world)]} (rank r: torch seed 100 + r)")
-    ctx = mp.get_context("spawn")
-    out: mp.Queue = ctx.Queue()
-    port = _free_port()
-    procs = [
-        ctx.Process(target=_halves_child, args=(r, world, port, length, segment_bytes, out))
-        for r in range(world)
-    ]
-    for p in procs:
-        p.start()
-    results = {}
-    try:
-        for _ in range(world):
-            rank, mine, gathered, rs, ag = out.get(timeout=120)
-            results[rank] = (mine, gathered, rs, ag)
-    finally:
-        for p in procs:
-            p.join(timeout=30)
-            if p.is_alive():
-                p.kill()
-    assert all(p.exitcode == 0 for p in procs)
+    results = _run_ranks(
+        _halves_child, world, lambda r, port, out: (r, world, port, length, segment_bytes, out)
+    )
     expected = torch.tensor_split(sum(_rank_tensor(r, length) for r in range(world)), world)
     own = [_rank_tensor(r, length)[: chunks[r]] for r in range(world)]
     for rank, (mine, gathered, rs, ag) in results.items():
