@@ -1,7 +1,9 @@
 """Benchmark (not a test): the collectives on the fabric, nccl-tests style, with an α–β model of it.
 
     python -m bench.collectives [--sizes-kib 64,128,...,32768] [--workers 7] [--host-mbit 20]
-                                [--collectives ring,gloo,ps,ps:shards=7:placement=colocated]
+                                [--collectives ring,gloo,all-gather,reduce-scatter,all-to-all,broadcast,
+                                               ps,ps:shards=7:placement=colocated]
+                                [--others-kib 64,512,2048] [--others-iters 3]
                                 [--ps-max-kib 2048] [--sharded-max-kib 8192] [--results results] [--out FILE]
 
 One fabric session (the default `make compare` fabric unless told otherwise), in this order:
@@ -11,8 +13,10 @@ One fabric session (the default `make compare` fabric unless told otherwise), in
    chunk back to back and after an idle second (slow start after idle); plain TCP streams in the
    ring's pattern (iperf3), the most a TCP flow got out of this emulated fabric at that moment.
 2. The sweep (bench/sweep_worker.py in every worker host): for every size, our ring and gloo's
-   all_reduce back to back (warm-up, then timed iterations, about 8 s a size); then the PS rounds
-   (workloads.ps started by the bench per size): the single PS and the sharded PS.
+   all_reduce back to back (warm-up, then timed iterations, about 8 s a size), and at the few sizes
+   of --others-kib the all-gather, reduce-scatter, all-to-all and broadcast (bench.sweep.OTHERS
+   says whose; at most --others-iters timed iterations each, so they add well under a minute); then the
+   PS rounds (workloads.ps started by the bench per size): the single PS and the sharded PS.
 3. The table, the α–β fit per collective, α's breakdown, ps/ring against theory, all into
    bench.json of the bench's own run folder, results/<YYYYmmdd-HHMMSS>-bench/ (bench/sweep.py
    documents every figure): a new folder each run, so no run overwrites another's (--out FILE
@@ -46,6 +50,7 @@ from topologies.processes import stop_processes
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_SIZES_KIB = ",".join(str(64 * 2**k) for k in range(10))  # 64 KiB .. 32 MiB
+DEFAULT_COLLECTIVES = ",".join((*sweep.COLLECTIVES, "ps", "ps:shards=7:placement=colocated"))
 GLOO_PORT = 29500
 PROBE_PORT = 29300
 PROBE_GLOO_PORT = 29400
@@ -188,7 +193,7 @@ def run_sweep(
         shown = len(lines)
 
     deadline = time.monotonic() + timeout
-    n_coll = len(job.collectives) * len(job.sizes)
+    n_coll = sum(p.runs_at(size) for p in job.collectives for size in job.sizes)
     if job.ps_rounds and ps_launch is not None:
         while shown < n_coll:  # the PS rounds start once every collective is measured
             procs.check()
@@ -472,7 +477,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument(
         "--sizes-kib", default=DEFAULT_SIZES_KIB, help="per-worker sizes, KiB (default 64..32768)"
     )
-    ap.add_argument("--collectives", default="ring,gloo,ps,ps:shards=7:placement=colocated")
+    ap.add_argument("--collectives", default=DEFAULT_COLLECTIVES, help=f"default {DEFAULT_COLLECTIVES}")
+    ap.add_argument(
+        "--others-kib",
+        default="64,512,2048",
+        help="sizes of the all-gather, reduce-scatter, all-to-all and broadcast rows, KiB (those "
+        "among --sizes-kib; default 64,512,2048)",
+    )
+    ap.add_argument(
+        "--others-iters", type=int, default=3, help="timed iterations of those at most (default 3)"
+    )
     ap.add_argument("--ps-max-kib", type=int, default=2048, help="largest size of the single PS")
     ap.add_argument("--sharded-max-kib", type=int, default=8192, help="largest size of a sharded PS")
     ap.add_argument("--target-s", type=float, default=8.0, help="timed seconds per measurement, about")
@@ -496,20 +510,31 @@ def bench_folder(results: Path) -> Path:
 
 def plan_sweep(
     args: argparse.Namespace, n: int
-) -> tuple[list[int], list[int], list[int], list[str], list[tuple[str, int, int, int]]]:
-    """Sizes, warm-up and timed iterations of the collectives; the PS rounds (name, size, warm, iters)."""
+) -> tuple[list[int], list[int], list[int], list[CollectivePlan], list[tuple[str, int, int, int]]]:
+    """Sizes, warm-up and timed iterations of the collectives (counted from the all-reduces', so the
+    other collectives leave those rows as they were); the collectives' plans, the others at the sizes
+    of --others-kib only; the PS rounds (name, size, warm, iters)."""
     kibs = [int(x) for x in args.sizes_kib.split(",") if x.strip()]
     names = [c.strip() for c in args.collectives.split(",") if c.strip()]
-    coll = [c for c in names if c in ("ring", "gloo")]
     sizes = [grad_bytes(k) for k in kibs]
+    others = {int(x) for x in args.others_kib.split(",") if x.strip()}
+    other_sizes = tuple(s for k, s in zip(kibs, sizes, strict=True) if k in others)
+    coll = [
+        CollectivePlan(c, c)
+        if c in sweep.ALL_REDUCES
+        else CollectivePlan(c, c, sizes=other_sizes, max_iters=args.others_iters)
+        for c in names
+        if c in sweep.COLLECTIVES
+    ]
+    timing = [p.name for p in coll if p.name in sweep.ALL_REDUCES] or [p.name for p in coll]
     warm, iters = [], []
     for size in sizes:
-        est = max(estimate_s(c, n, size, args.host_mbit) for c in coll) if coll else 1.0
+        est = max(estimate_s(c, n, size, args.host_mbit) for c in timing) if timing else 1.0
         warm.append(1 if est < 4.0 else 0)  # a big size is warm from the one before it
         iters.append(sweep.iterations(est, args.target_s, 3, 20))
     rounds = []
     for name in names:
-        if name in ("ring", "gloo"):
+        if name in sweep.COLLECTIVES:
             continue
         cap = args.ps_max_kib if sweep.algo_of(name).shards == 1 else args.sharded_max_kib
         for k, size in zip(kibs, sizes, strict=True):
@@ -548,17 +573,22 @@ def run_bench(argv: list[str] | None = None) -> tuple[int, Path | None]:
         cfg.validate()
         check_cc(args.cc)
         check_rto_min(args.rto_min_ms)
+        if args.others_iters < 1:
+            raise ParamError(f"--others-iters must be >= 1, got {args.others_iters}")
     except ParamError as exc:
         print(f"bench: {exc}", file=sys.stderr)
         return 2, None
     hosts = cfg.worker_hosts
     n = len(hosts)
     sizes, warm, iters, coll, rounds = plan_sweep(args, n)
+    other_sizes = next((p.sizes for p in coll if p.sizes is not None), ())
     folder = bench_folder(Path(args.results))
     plan = build_plan(spec)
     say(
         f"{n} workers ({', '.join(hosts)}), {args.host_mbit:g} Mbit/s links, {args.buffer}-packet buffers; "
-        f"{len(sizes)} sizes x {', '.join(coll)}, {len(rounds)} PS rounds; run folder {folder}"
+        f"{len(sizes)} sizes x {', '.join(p.name for p in coll if p.sizes is None)}, "
+        f"{len(other_sizes)} sizes x {', '.join(p.name for p in coll if p.sizes is not None) or 'none'}, "
+        f"{len(rounds)} PS rounds; run folder {folder}"
     )
     probes: dict[str, Any] = {}
     tcp = (args.cc, args.rto_min_ms)
@@ -567,7 +597,7 @@ def run_bench(argv: list[str] | None = None) -> tuple[int, Path | None]:
         try:
             if not args.no_probes:
                 probes = run_probes(procs, sess, hosts, folder / "probes", args.host_mbit)
-            plans = tuple(CollectivePlan(c, c) for c in coll)
+            plans = tuple(coll)
 
             def ps_launch(k: int, r: PsRound) -> list[subprocess.Popen[bytes]]:
                 shard_hosts = ps_hosts(r.name, cfg)
@@ -653,6 +683,8 @@ def run_bench(argv: list[str] | None = None) -> tuple[int, Path | None]:
     print()
     print("α–β fit: t = α · steps + β · link bytes (β·B = 1: the link at its configured rate)")
     print(sweep.fit_table(doc["fits"]))
+    for f in doc["fits"]:
+        print(f"  {f['collective']}: {f['implementation']}")
     print()
     print(breakdown_text(doc.get("alpha_breakdown")))
     print(f"written {out} (wall time {doc['wall_time_s']:.0f} s)")

@@ -5,19 +5,26 @@ the moment the last rank finished it minus the moment the last rank started it (
 machine's clock). The PS rounds run back to back: an iteration is the last rank's end minus the one
 before. `time_s` is their mean, `min_time_s` the smallest; ring against gloo is judged pair by pair.
 
-Bandwidths as nccl-tests computes them: algbw = S / t, busbw = algbw * 2 (N - 1) / N (the factor
-that makes an optimal all-reduce's busbw equal to the link rate), S the payload bytes of one
-worker's tensor; the PS rows get the same factor, so every row is "the all-reduce bandwidth it
-delivered". busbw_over_link divides by the configured host link rate; a TCP payload over full
-1514-byte frames reaches at most 1448/1514 = 0.956 of it.
+Bandwidths as nccl-tests computes them: algbw = S / t, busbw = algbw * the collective's factor
+(the one that makes an optimal algorithm's busbw equal to the link rate): 2 (N - 1) / N for an
+all-reduce, (N - 1) / N for all-gather, reduce-scatter and all-to-all, 1 for broadcast. S is
+nccl-tests' size: one worker's tensor (all-reduce, broadcast), the gathered output (all-gather), the
+input before scattering (reduce-scatter), one rank's send buffer (all-to-all). The PS rows get the
+all-reduce's factor, so each is "the all-reduce bandwidth it delivered". busbw_over_link divides by
+the configured host link rate; a TCP payload over full 1514-byte frames reaches at most
+1448/1514 = 0.956 of it.
 
 The α–β model: t = α * steps + β * link_bytes, where steps are the algorithm's sequential
 exchanges and link_bytes the wire bytes its busiest link carries in the textbook model:
 ring (our ring and gloo's all_reduce): 2 (N - 1) steps of S / N, link_bytes 2 (N - 1) S / N;
 PS (K shards on hosts of their own): 2 steps (push, pull), link_bytes 2 N S / K (push-then-pull);
-PS with K shards colocated on the workers: link_bytes 2 (N - 1) S / K. β * B = 1 means the link
-ran at its configured rate; a PS whose pushes overlap other workers' pulls (full duplex) shows
-β * B below 1, down to (N + 1) / (2 N).
+PS with K shards colocated on the workers: link_bytes 2 (N - 1) S / K; all-gather (gloo's, a ring),
+reduce-scatter (our ring's half) and all-to-all (gloo's, one message to each peer): N - 1 steps,
+(N - 1) S / N; broadcast (gloo's binomial tree, gloo/broadcast.cc): ceil(log2 N) rounds, but a
+rank posts all its sends at once as soon as it holds S, so they share its link: the last rank has
+S only after the sends of every rank on its path, 5 S for N = 7 (`tree_path`), and busbw / link is
+at most 1/5 there. β * B = 1 means the link ran at its configured rate; a PS whose pushes overlap other
+workers' pulls (full duplex) shows β * B below 1, down to (N + 1) / (2 N).
 """
 
 from __future__ import annotations
@@ -30,35 +37,81 @@ from analysis.bounds import WIRE_PER_PAYLOAD
 from report.console import Col, Table, goal_text
 
 MIB = 2**20
+ALL_REDUCES = ("ring", "gloo")  # our ring all-reduce, gloo's all_reduce
+# The other collectives and what runs them (bench/sweep_worker.py): gloo's own where it has one;
+# gloo's reduce_scatter is an all-reduce and a slice (twice the traffic), so ours is measured.
+OTHERS = {
+    "all-gather": "gloo all_gather_single (a ring)",
+    "reduce-scatter": "our ring's reduce-scatter (workloads.ring)",
+    "all-to-all": "gloo all_to_all_single",
+    "broadcast": "gloo broadcast (a binomial tree) from rank 0",
+}
+COLLECTIVES = ALL_REDUCES + tuple(OTHERS)  # what the sweep workers run (the PS has its rounds)
+IMPLEMENTATIONS = {"ring": "our pipelined ring (workloads.ring)", "gloo": "gloo all_reduce", **OTHERS}
 
 
 @dataclass(frozen=True)
 class Algo:
     """How one collective moves a tensor of S bytes among N workers (for the α–β model)."""
 
-    kind: str  # ring | gloo | ps
+    kind: str  # ring | gloo | ps | all-gather | reduce-scatter | all-to-all | broadcast
     shards: int = 1
     colocated: bool = False
 
     def steps(self, n: int) -> int:
         """Sequential exchanges of one operation."""
-        return 2 * (n - 1) if self.kind in ("ring", "gloo") else 2
+        if self.kind in ALL_REDUCES:
+            return 2 * (n - 1)
+        if self.kind == "broadcast":
+            return tree_rounds(n)
+        return n - 1 if self.kind in OTHERS else 2
 
     def link_bytes(self, n: int, size: float) -> float:
         """Wire bytes the busiest link carries in one operation (textbook model)."""
         wire = size * WIRE_PER_PAYLOAD
-        if self.kind in ("ring", "gloo"):
+        if self.kind in ALL_REDUCES:
             return 2 * (n - 1) * wire / n
+        if self.kind == "broadcast":
+            return tree_path(n) * wire
+        if self.kind in OTHERS:
+            return (n - 1) * wire / n
         if self.colocated:
             return 2 * (n - 1) * wire / self.shards
         return 2 * n * wire / self.shards
 
+    def bus_factor(self, n: int) -> float:
+        """nccl-tests' busbw / algbw: 2 (N-1)/N for an all-reduce (the PS rows too), (N-1)/N for
+        all-gather, reduce-scatter and all-to-all, 1 for broadcast."""
+        if self.kind == "broadcast":
+            return 1.0
+        if self.kind in OTHERS:
+            return (n - 1) / n
+        return 2 * (n - 1) / n
+
+
+def tree_rounds(n: int) -> int:
+    """Rounds of a binomial-tree broadcast among n ranks: ceil(log2 n) (gloo's log2ceil)."""
+    return math.ceil(math.log2(n)) if n > 1 else 0
+
+
+def tree_path(n: int) -> int:
+    """Copies of S on the slowest path of gloo's binomial-tree broadcast from rank 0, links shared
+    fairly: rank v, once it holds S, sends it at once to every v + 2^i (v < 2^i < n - v), so its k
+    sends end k S / B later. n = 7: rank 0 -> 1, 2, 4 (3 S), then 1 -> 3, 5 (2 S more): 5."""
+    dim = tree_rounds(n)
+    done = {0: 0}
+    for v in range(n):  # a parent's number is below its children's
+        kids = [v + 2**i for i in range(dim) if v < 2**i and v + 2**i < n]
+        for kid in kids:
+            done[kid] = done[v] + len(kids)
+    return max(done.values())
+
 
 def algo_of(name: str) -> Algo:
-    """`ring`, `gloo`, `ps`, `ps:shards=4`, `ps:shards=7:placement=colocated`."""
+    """`ring`, `gloo`, `all-gather`..., `ps`, `ps:shards=4`, `ps:shards=7:placement=colocated`."""
     kind, *opts = name.split(":")
     kw = dict(o.split("=", 1) for o in opts)
-    if kind in ("ring", "gloo"):
+    if kind in COLLECTIVES:
         return Algo(kind)
     return Algo("ps", int(kw.get("shards", 1)), kw.get("placement") == "colocated")
 
@@ -110,10 +163,13 @@ def paired(ring_times: list[float], gloo_times: list[float]) -> dict[str, Any]:
     }
 
 
-def bandwidths(size: float, n: int, t: float, link_mbit: float) -> dict[str, float]:
-    """algbw, busbw (Mbit/s of payload) and busbw / link for one operation of `size` bytes in `t` s."""
+def bandwidths(
+    size: float, n: int, t: float, link_mbit: float, bus_factor: float | None = None
+) -> dict[str, float]:
+    """algbw, busbw (Mbit/s of payload) and busbw / link for one operation of `size` bytes in `t` s;
+    `bus_factor` is the collective's (Algo.bus_factor), by default an all-reduce's 2 (N - 1) / N."""
     algbw = size / t * 8 / 1e6
-    busbw = algbw * 2 * (n - 1) / n
+    busbw = algbw * (2 * (n - 1) / n if bus_factor is None else bus_factor)
     return {"algbw_mbit": algbw, "busbw_mbit": busbw, "busbw_over_link": busbw / link_mbit}
 
 
@@ -162,6 +218,7 @@ def collective_fit(rows: list[dict[str, Any]], name: str, n: int, link_mbit: flo
     rate = link_mbit * 1e6 / 8
     return {
         "collective": name,
+        "implementation": IMPLEMENTATIONS.get(name, "our parameter server (workloads.ps)"),
         "steps": algo.steps(n),
         "sizes": len(mine),
         "alpha_s": round(f["alpha_s"], 6),
@@ -187,7 +244,8 @@ def build_rows(
     Ratios are filled in by `add_ratios` once the fits exist.
     """
     rows = []
-    for (name, size), m in sorted(measured.items(), key=lambda kv: (kv[0][1], order(kv[0][0]))):
+    # by nominal size first: the collectives that cut the tensor in N parts ran a few bytes less
+    for (name, size), m in sorted(measured.items(), key=lambda kv: (nominal(kv[0][1]), order(kv[0][0]))):
         row: dict[str, Any] = {
             "collective": name,
             "size_bytes": size,
@@ -196,7 +254,8 @@ def build_rows(
             "min_time_s": round(m["min_time_s"], 5),
             "times_s": [round(t, 5) for t in m.get("times_s", [])],
         }
-        row.update({k: round(v, 4) for k, v in bandwidths(size, n, m["time_s"], link_mbit).items()})
+        factor = algo_of(name).bus_factor(n)
+        row.update({k: round(v, 4) for k, v in bandwidths(size, n, m["time_s"], link_mbit, factor).items()})
         if algo_of(name).kind == "ps":
             row["bound_s"] = round(ps_bound[name](size), 5)
             row["ps_over_bound"] = round(m["time_s"] / ps_bound[name](size), 4)
@@ -205,8 +264,10 @@ def build_rows(
 
 
 def order(name: str) -> int:
-    """Table order: ring, gloo, then the PS variants."""
-    return {"ring": 0, "gloo": 1}.get(name, 2 if name == "ps" else 3)
+    """Table order: ring, gloo, the other collectives, then the PS variants."""
+    if name in COLLECTIVES:
+        return COLLECTIVES.index(name)
+    return len(COLLECTIVES) + (0 if name == "ps" else 1)
 
 
 def add_ratios(rows: list[dict[str, Any]], fits: dict[str, dict[str, Any]], n: int, link_mbit: float) -> None:
@@ -244,10 +305,15 @@ def iterations(est_s: float, target_s: float = 8.0, lo: int = 3, hi: int = 20) -
     return max(lo, min(hi, math.ceil(target_s / est_s)))
 
 
+def nominal(size: float) -> int:
+    """The power of two a size stands for: 65572 and 65548 -> 65536."""
+    return 2 ** round(math.log2(size)) if size > 0 else 0
+
+
 def size_label(size: float) -> str:
     """65572 -> '64 KiB', 33554472 -> '32 MiB': the nominal power of two (exact bytes are in the JSON)."""
-    nominal = 2 ** round(math.log2(size)) if size > 0 else 0
-    return f"{nominal // MIB} MiB" if nominal >= MIB else f"{nominal // 1024} KiB"
+    bytes_ = nominal(size)
+    return f"{bytes_ // MIB} MiB" if bytes_ >= MIB else f"{bytes_ // 1024} KiB"
 
 
 def table(
@@ -421,8 +487,14 @@ def verdict(ring_row: dict[str, Any]) -> str:
 
 def largest_summary(rows: list[dict[str, Any]], n: int) -> dict[str, Any]:
     """The figures the goals are judged by: the ring at its largest size, ring vs gloo at every size,
-    each PS variant's ps/ring at its largest size against theory."""
+    each PS variant's ps/ring at its largest size against theory, each other collective's busbw / link
+    at its largest size."""
     out: dict[str, Any] = {}
+    for name in OTHERS:
+        mine = [r for r in rows if r["collective"] == name]
+        if mine:
+            big = max(mine, key=lambda r: r["size_bytes"])
+            out[name] = {"size_bytes": big["size_bytes"], "busbw_over_link": big["busbw_over_link"]}
     ring = [r for r in rows if r["collective"] == "ring"]
     if ring:
         big = max(ring, key=lambda r: r["size_bytes"])

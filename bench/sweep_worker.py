@@ -3,17 +3,19 @@
     python -m bench.sweep_worker --job <run>/sweep/job.json --rank R
 
 Joins a gloo group once, then for every size runs each collective (the project's ring, gloo's own
-all_reduce), nccl-tests style: warm-up iterations, then the timed iterations, the collectives' in turn
-(ring, gloo, ring, ...), each after a barrier. Then the parameter-server rounds: per PS variant and
-size, connect to the PS processes the bench started for that round (workloads.ps), push and pull
-`warmup + iters` times, say goodbye. Every (collective, size) becomes one JSON line in
-<out_dir>/rank-R.jsonl with the wall-clock start and end of every iteration, so the bench can take,
-per iteration, the moments the last rank started and was done.
+all_reduce; all-gather, reduce-scatter, all-to-all and broadcast at the sizes their plans name, see
+bench.sweep.OTHERS for whose), nccl-tests style: warm-up iterations, then the timed iterations, the
+collectives' in turn (ring, gloo, ring, ...), each after a barrier. Then the parameter-server
+rounds: per PS variant and size, connect to the PS processes the bench started for that round
+(workloads.ps), push and pull `warmup + iters` times, say goodbye. Every (collective, size) becomes
+one JSON line in <out_dir>/rank-R.jsonl with the wall-clock start and end of every iteration, so the
+bench can take, per iteration, the moments the last rank started and was done.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import sys
@@ -26,17 +28,23 @@ import torch
 
 from workloads.errors import exit_flushed
 
-COLLECTIVE_KINDS = ("ring", "gloo")
-
 
 @dataclass(frozen=True)
 class CollectivePlan:
-    """One collective of the sweep: `kind` ring (workloads.ring) or gloo (dist.all_reduce)."""
+    """One collective of the sweep: `kind` ring (workloads.ring) or gloo (dist.all_reduce), or
+    all-gather, reduce-scatter, all-to-all, broadcast; `sizes` (None: every size of the sweep) and
+    `max_iters` (None: the size's count) keep a collective's share of the bench's time small."""
 
     name: str
     kind: str
     segment_bytes: int | None = None  # ring only: None = workloads.ring's default
     window: int | None = None
+    sizes: tuple[int, ...] | None = None
+    max_iters: int | None = None
+
+    def runs_at(self, size: int) -> bool:
+        """True if this collective is measured at `size` bytes."""
+        return self.sizes is None or size in self.sizes
 
 
 @dataclass(frozen=True)
@@ -75,7 +83,10 @@ class SweepJob:
     def from_dict(cls, doc: dict[str, Any]) -> SweepJob:
         """From job.json."""
         doc = dict(doc)
-        doc["collectives"] = tuple(CollectivePlan(**c) for c in doc.get("collectives", ()))
+        doc["collectives"] = tuple(
+            CollectivePlan(**{**c, "sizes": None if c.get("sizes") is None else tuple(c["sizes"])})
+            for c in doc.get("collectives", ())
+        )
         doc["ps_rounds"] = tuple(
             PsRound(**{**r, "servers": tuple(tuple(s) for s in r["servers"])})
             for r in doc.get("ps_rounds", ())
@@ -90,48 +101,89 @@ class SweepJob:
         return cls.from_dict(json.loads(Path(path).read_text()))
 
 
-def _run_collective(plan: CollectivePlan, t: torch.Tensor, rank: int, world: int) -> None:
+def op_floats(kind: str, size: int, world: int) -> int:
+    """Floats of one operation's tensor at a sweep size of `size` bytes: all of them for an
+    all-reduce and a broadcast; for the collectives that cut the tensor in `world` equal parts
+    (all-gather, reduce-scatter, all-to-all) the largest multiple of `world` that fits."""
+    n = size // 4
+    return n if kind in ("ring", "gloo", "broadcast") else n - n % world
+
+
+class Buffers:
+    """One size's tensors, zeros (zeros stay zeros: no overflow however many iterations): `t` of
+    `floats`; made when first used (an all-reduce alone needs no more): its 1/world part `part`
+    (all-gather's input) and `out` (all-gather's and all-to-all's output)."""
+
+    def __init__(self, floats: int, world: int) -> None:
+        self.t = torch.zeros(floats)
+        self.world = world
+
+    @functools.cached_property
+    def part(self) -> torch.Tensor:
+        return torch.zeros(self.t.numel() // self.world)
+
+    @functools.cached_property
+    def out(self) -> torch.Tensor:
+        return torch.zeros(self.t.numel())
+
+
+def _run_collective(plan: CollectivePlan, b: Buffers, rank: int, world: int) -> None:
     import torch.distributed as dist
 
-    from workloads.ring import ring_allreduce_
+    from workloads.ring import ring_allreduce_, ring_reduce_scatter_
 
+    kw: dict[str, int] = {}
+    if plan.segment_bytes is not None:
+        kw["segment_bytes"] = plan.segment_bytes
+    if plan.window is not None:
+        kw["window"] = plan.window
     if plan.kind == "ring":
-        kw: dict[str, int] = {}
-        if plan.segment_bytes is not None:
-            kw["segment_bytes"] = plan.segment_bytes
-        if plan.window is not None:
-            kw["window"] = plan.window
-        ring_allreduce_(t, rank, world, **kw)
+        ring_allreduce_(b.t, rank, world, **kw)
+    elif plan.kind == "gloo":
+        dist.all_reduce(b.t, op=dist.ReduceOp.SUM)
+    elif plan.kind == "all-gather":
+        dist.all_gather_single(b.out, b.part)
+    elif plan.kind == "reduce-scatter":
+        ring_reduce_scatter_(b.t, rank, world, **kw)
+    elif plan.kind == "all-to-all":
+        dist.all_to_all_single(b.out, b.t)
+    elif plan.kind == "broadcast":
+        dist.broadcast(b.t, src=0)
     else:
-        dist.all_reduce(t, op=dist.ReduceOp.SUM)
+        raise ValueError(f"unknown collective kind {plan.kind!r}")
 
 
 def sweep_collectives(job: SweepJob, rank: int, out: Any) -> None:
     """Every size: each collective's warm-up, then their timed iterations interleaved (ring, gloo, ring,
-    gloo, ...), each after a barrier, so a drift of the machine's pace falls on both alike and each
-    ring iteration has a gloo iteration next to it to be compared with. One JSON line per collective
-    and size, with every iteration's start (after its barrier) and end."""
+    gloo, ...), each after a barrier, so a drift of the machine's pace falls on all alike and each
+    ring iteration has a gloo iteration next to it to be compared with (a collective with `max_iters`
+    sits out the iterations past it). One JSON line per collective and size, with every iteration's
+    start (after its barrier) and end, and the bytes of its tensor (op_floats)."""
     import torch.distributed as dist
 
     for size, warm, iters in zip(job.sizes, job.warmup, job.iters, strict=True):
-        t = torch.zeros(size // 4)  # zeros stay zeros: no overflow however many iterations
-        for plan in job.collectives:
+        plans = [p for p in job.collectives if p.runs_at(size)]
+        floats = {p.name: op_floats(p.kind, size, job.world) for p in plans}
+        bufs = {n: Buffers(n, job.world) for n in set(floats.values())}
+        for plan in plans:
             dist.barrier()
             for _ in range(warm):
-                _run_collective(plan, t, rank, job.world)
-        starts: dict[str, list[float]] = {plan.name: [] for plan in job.collectives}
-        ends: dict[str, list[float]] = {plan.name: [] for plan in job.collectives}
-        for _ in range(iters):
-            for plan in job.collectives:
+                _run_collective(plan, bufs[floats[plan.name]], rank, job.world)
+        starts: dict[str, list[float]] = {plan.name: [] for plan in plans}
+        ends: dict[str, list[float]] = {plan.name: [] for plan in plans}
+        for k in range(iters):
+            for plan in plans:
+                if plan.max_iters is not None and k >= plan.max_iters:
+                    continue
                 dist.barrier()
                 starts[plan.name].append(time.time())
-                _run_collective(plan, t, rank, job.world)
+                _run_collective(plan, bufs[floats[plan.name]], rank, job.world)
                 ends[plan.name].append(time.time())
-        for plan in job.collectives:
+        for plan in plans:
             rec = {
                 "collective": plan.name,
                 "kind": plan.kind,
-                "size_bytes": size,
+                "size_bytes": floats[plan.name] * 4,
                 "rank": rank,
                 "t_start": starts[plan.name][0],
                 "t_starts": starts[plan.name],
