@@ -11,13 +11,15 @@ from matplotlib import colormaps
 from report.figures.base import WIDTH, canvas, note
 
 OFF_THEORY = "#e8590c"  # the frame of a measured cell the theory says carries nothing
+FRAME_SHARE = 0.01  # framed when it carries this share of the colour scale's top or more (not every SYN)
 
 
 def matrix_figure(
     name: str, hosts: list[str], measured: list[list[float]] | None, theory: list[list[float]], title: str
 ) -> Any:
     """Measured (None: no host captures) and theoretical MB per step, rows the sending host, columns the
-    receiving host; a measured cell with bytes where the theory has none is framed."""
+    receiving host; a measured cell with bytes where the theory has none (FRAME_SHARE of the scale or
+    more) is framed."""
     n = len(hosts)
     fig, axes = canvas(1.6 + 0.42 * n, 1, 2, width=min(WIDTH, 3.0 + 1.3 * n))
     grids = [("measured (captures)", measured), ("theory (the strategy's traffic_theory)", theory)]
@@ -44,7 +46,7 @@ def matrix_figure(
                     continue
                 ax.text(j, i, f"{v:.{digits}f}" if v else "0", ha="center", va="center", fontsize=6.5,
                         color="w" if v < 0.6 * vmax else "k")  # fmt: skip
-                if grid is measured and v > 0 and not theory[i][j]:
+                if grid is measured and v >= FRAME_SHARE * vmax and not theory[i][j]:
                     ax.add_patch(_frame(j, i))
     if im is not None:
         fig.colorbar(im, ax=list(axes[0]), label="MB per training step", shrink=0.9)

@@ -15,7 +15,7 @@ import re
 from typing import Any
 
 from report.doc import Bullets, Paragraph, Section
-from report.figures.matrix import matrix_figure
+from report.figures.matrix import FRAME_SHARE, matrix_figure
 from report.run import RunView
 from report.sections.common import figure
 from report.sections.tables import DASH, DOCS, Col, bracketed, fmt, summary_table
@@ -43,7 +43,7 @@ PARALLEL_COLUMNS = [
     ),
     Col("matrix: worst pair's error", "traffic_matrix_error_max", "pct"),
     Col(
-        "MB off the theory",
+        "MB off the theory (whole run)",
         "traffic_matrix_off_theory",
         text=lambda f: _mb(sum(f.traffic_matrix_off_theory.values())) if f.traffic_matrix_error else DASH,
         doc="sum of traffic_matrix_off_theory: " + DOCS.get("traffic_matrix_off_theory", ""),
@@ -114,6 +114,11 @@ def incast_ports(run: RunView, f: StrategySummary) -> list[tuple[str, str, int]]
     return [(run.plan.host(h).leaf_port, h, into[h]) for h in hosts]
 
 
+def plural(n: int, what: str) -> str:
+    """'1 drop', '2 drops'."""
+    return f"{n} {what}" + ("" if n == 1 else "s")
+
+
 def strategy_sentence(run: RunView, name: str) -> str:
     """One strategy's bytes against its theory, and its receivers' incast where it has one."""
     f = run.strategies[name].summary
@@ -122,22 +127,32 @@ def strategy_sentence(run: RunView, name: str) -> str:
         text += (
             f", {_mb(f.bytes_per_worker_step_pcap)} MB measured; every host pair the theory counts within "
             f"{f.traffic_matrix_error_max * 100:.1f} % of it, and "
-            f"{_mb(sum(f.traffic_matrix_off_theory.values()))} MB on pairs it does not count "
-            "(rendezvous, barriers)"
+            f"{_mb(sum(f.traffic_matrix_off_theory.values()))} MB in the whole run on pairs it does not "
+            "count (rendezvous, barriers)"
         )
     else:
         text += ", nothing measured to hold against it (no host captures)"
+    if f.pp_bubble is not None and f.pp_bubble_theory is not None:
+        text += (
+            f"; its stages idle {f.pp_bubble * 100:.0f} % of their steps against "
+            f"{f.pp_bubble_theory * 100:.0f} % for (S - 1)/(M + S - 1), the bubble of free communication"
+        )
     ports = incast_ports(run, f)
     if ports:
         drops = sum(f.drops_by_port.get(p, 0) for p, _, _ in ports)
         items = ", ".join(
-            f"{p} (to {h}, {k} senders: {f.drops_by_port.get(p, 0)} drops, "
-            f"{f.tcp_timeouts_by_receiver.get(h, 0)} timeouts)"
+            f"{p} (to {h}, {k} senders: {plural(f.drops_by_port.get(p, 0), 'drop')}, "
+            f"{plural(f.tcp_timeouts_by_receiver.get(h, 0), 'timeout')})"
             for p, h, k in ports
         )
         text += (
             f". The receivers' incast: the host ports that receive from {INCAST_FAN_IN} or more hosts at "
-            f"once, {items}; {drops} of the strategy's {fmt(f.queue_drops_total, 'int')} queue drops"
+            f"once, {items}; "
+            + (
+                f"{drops} of the strategy's {fmt(f.queue_drops_total, 'int')} queue drops"
+                if f.queue_drops_total
+                else "no switch queue dropped a packet"
+            )
         )
     elif f.worst_queue_port:
         text += (
@@ -152,7 +167,12 @@ def moved_what_where(run: RunView, names: list[str]) -> str:
     groups: dict[str, list[str]] = {}
     for n in names:
         groups.setdefault(pattern(run.strategies[n].summary.traffic_matrix_theory), []).append(n)
-    return " ".join(f"{' and '.join(ns)}: {p}." for p, ns in groups.items())
+    return " ".join(f"{enumerate_names(ns)}: {p}." for p, ns in groups.items())
+
+
+def enumerate_names(names: list[str]) -> str:
+    """'a', 'a and b', 'a, b and c'."""
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
 
 
 def matrix_grids(f: StrategySummary) -> tuple[list[str], list[list[float]] | None, list[list[float]]]:
@@ -178,7 +198,13 @@ def parallel(run: RunView) -> Section | None:
 def section(run: RunView) -> Section:
     """Every strategy's row, the paragraph on who moved what where, each traffic matrix beside its theory."""
     names = [s.name for s in run.present if s.summary.traffic_matrix_theory]
-    table = summary_table(run, "One row per strategy", PARALLEL_COLUMNS, [s.name for s in run.present])
+    table = summary_table(
+        run,
+        "One row per strategy",
+        PARALLEL_COLUMNS,
+        [s.name for s in run.present],
+        by_design={"pp_bubble": f"{DASH} in bubble: only a pipeline (pp) has one."},
+    )
     blocks: list[Any] = [
         table,
         Paragraph("Who sent to whom, by the strategies' own theories: " + moved_what_where(run, names)),
@@ -198,10 +224,11 @@ def section(run: RunView) -> Section:
                 "traffic_matrix_" + re.sub(r"[^a-z0-9]+", "_", n.lower()),
                 matrix_figure(n, hosts, measured, theory, title),
                 f"Traffic matrix of {n}",
-                "Left: payload bytes each receiving host's capture saw arrive from each sender (each byte "
-                "once; summary.json traffic_matrix_pcap), / steps. Right: the strategy's traffic_theory(job) "
-                "on the same hosts (traffic_matrix_theory / steps). Framed: bytes where the theory has none "
-                "(the rendezvous store at rank 0's host, barriers).",
+                "Left: payload bytes each receiving host's capture saw arrive from each sender (each "
+                "byte once; summary.json traffic_matrix_pcap), / steps. Right: the strategy's "
+                "traffic_theory(job) on the same hosts (traffic_matrix_theory / steps). Framed: cells the "
+                f"theory leaves empty that carried at least {FRAME_SHARE * 100:g} % of the scale's top (the "
+                "rendezvous store at rank 0's host, barriers); their bytes in the table's MB off the theory.",
                 {"hosts": hosts, "measured_mb": measured, "theory_mb": theory, "error_max": err},
             )
         )
