@@ -5,7 +5,7 @@ IL      := .venv/bin/incastlab
 ARGS    ?=
 RUN     ?= results/latest
 
-.PHONY: deps image vm-box vm-check job test test-unit test-integration lint fabric compare straggler mitigate incast report dashboard bench soak clean-net clean
+.PHONY: deps image vm-box vm-check job parallel test test-unit test-integration lint fabric compare straggler mitigate incast report dashboard bench soak clean-net clean
 
 deps:            ## install everything (Debian packages, Open vSwitch running, .venv); idempotent
 	bash scripts/deps.sh
@@ -46,6 +46,13 @@ mitigate:        ## incast cures: PS with a 1 ms minimum RTO, serial replies, sh
 
 incast:          ## the incast curve: goodput vs number of senders, 200 ms vs 1 ms RTO and other cures
 	$(IL) incast $(ARGS)
+
+# make parallel: every way of splitting the training that exists, on the default fabric, one model size
+PARALLEL ?= ring,fsdp,tp,pp:stages=4,pp:stages=4:schedule=1f1b,moe
+PARALLEL_ARGS ?= --steps 10 --grad-mb 0.5 --batch 256 --name parallel
+
+parallel:        ## ring, fsdp, tp, pp (GPipe, 1F1B), moe, hybrid: traffic matrices and incast, report in results/latest
+	$(IL) compare --strategies $(PARALLEL) $(PARALLEL_ARGS) $(ARGS)
 
 job:             ## your own training job in containers on the fabric: make job ARGS="--image IMG -- CMD..."
 	$(IL) job $(ARGS)
