@@ -78,7 +78,7 @@ def test_matrix_against_theory_and_tshark(ring_run: Path) -> None:
         assert abs(ring.traffic_matrix_off_theory[key] - n) <= max(0.01 * n, 64)
         assert n < 0.01 * PER_STEP  # the rendezvous: small beside a step's chunks
     assert ring.bytes_per_worker_step_theory == pytest.approx(PER_STEP, abs=0.1)
-    assert ring.bytes_per_worker_step_pcap == pytest.approx(sum(seen.values()) / (3 * STEPS), rel=0.01)
+    assert ring.bytes_per_worker_step_pcap == pytest.approx(sum(seen.values()) / (3 * STEPS), rel=1e-3)
     ps = s["ps"]
     assert ps.traffic_matrix_theory == {} and ps.traffic_matrix_error_max is None
     on_disk = json.loads((ring_run / "summary.json").read_text())["strategies"]["ring"]
