@@ -20,11 +20,12 @@ ring (our ring and gloo's all_reduce): 2 (N - 1) steps of S / N, link_bytes 2 (N
 PS (K shards on hosts of their own): 2 steps (push, pull), link_bytes 2 N S / K (push-then-pull);
 PS with K shards colocated on the workers: link_bytes 2 (N - 1) S / K; all-gather (gloo's, a ring),
 reduce-scatter (our ring's half) and all-to-all (gloo's, one message to each peer): N - 1 steps,
-(N - 1) S / N; broadcast (gloo's binomial tree, gloo/broadcast.cc): ceil(log2 N) rounds, but a
-rank posts all its sends at once as soon as it holds S, so they share its link: the last rank has
-S only after the sends of every rank on its path, 5 S for N = 7 (`tree_path`), and busbw / link is
-at most 1/5 there. β * B = 1 means the link ran at its configured rate; a PS whose pushes overlap other
-workers' pulls (full duplex) shows β * B below 1, down to (N + 1) / (2 N).
+(N - 1) S / N; broadcast (gloo's binomial tree, gloo/broadcast.cc): ceil(log2 N) rounds, the
+root's link carrying S in each, so busbw / link is at most 1 / ceil(log2 N). gloo posts a rank's
+sends all at once, so they share its link and the next rank forwards later: with fair shares the
+last of 7 has S after 5 S / B, not 3, and the broadcast's β * B reads above 1 for that reason.
+β * B = 1 means the link ran at its configured rate; a PS whose pushes overlap other workers'
+pulls (full duplex) shows β * B below 1, down to (N + 1) / (2 N).
 """
 
 from __future__ import annotations
@@ -72,7 +73,7 @@ class Algo:
         if self.kind in ALL_REDUCES:
             return 2 * (n - 1) * wire / n
         if self.kind == "broadcast":
-            return tree_path(n) * wire
+            return tree_rounds(n) * wire
         if self.kind in OTHERS:
             return (n - 1) * wire / n
         if self.colocated:
@@ -92,19 +93,6 @@ class Algo:
 def tree_rounds(n: int) -> int:
     """Rounds of a binomial-tree broadcast among n ranks: ceil(log2 n) (gloo's log2ceil)."""
     return math.ceil(math.log2(n)) if n > 1 else 0
-
-
-def tree_path(n: int) -> int:
-    """Copies of S on the slowest path of gloo's binomial-tree broadcast from rank 0, links shared
-    fairly: rank v, once it holds S, sends it at once to every v + 2^i (v < 2^i < n - v), so its k
-    sends end k S / B later. n = 7: rank 0 -> 1, 2, 4 (3 S), then 1 -> 3, 5 (2 S more): 5."""
-    dim = tree_rounds(n)
-    done = {0: 0}
-    for v in range(n):  # a parent's number is below its children's
-        kids = [v + 2**i for i in range(dim) if v < 2**i and v + 2**i < n]
-        for kid in kids:
-            done[kid] = done[v] + len(kids)
-    return max(done.values())
 
 
 def algo_of(name: str) -> Algo:
