@@ -118,9 +118,10 @@ def _lost_towards(run: Path, job: JobSpec) -> dict[str, int]:
 
 def test_receivers_incast_at_host_ports(moe_run: Path) -> None:
     """The all-to-all's incast is every receiver's: tc counts drops at the switch ports facing most
-    worker hosts (at least 4 of the 6; each receives from 5 at once), they hold most of the run's
-    drops, and no single port has half of them (a PS's incast puts nearly all on one port). tshark
-    agrees: each host port's drops are packets its host's capture misses of what the others sent it."""
+    worker hosts (at least 4 of the 6; each receives from 5 at once), at least a third of the run's
+    drops there, and no port with a third of them (a PS's incast puts nearly all on its one port).
+    tshark agrees: each host port's drops are packets its host's capture misses of what the others
+    sent it. (The rest fall mostly at spine ports towards a leaf: the same fan-in, one hop up.)"""
     job = _job(moe_run)
     plan = RunFolder(moe_run).plan()
     host_port = {r.host: f"{plan.host(r.host).leaf}-eth{plan.host(r.host).port}" for r in job.ranks}
@@ -128,12 +129,13 @@ def test_receivers_incast_at_host_ports(moe_run: Path) -> None:
     lost = _lost_towards(moe_run, job)
     total = sum(drops.values())
     at_hosts = {h: drops.get(p, 0) for h, p in host_port.items()}
-    print(f"tc drops: total {total}, at worker host ports {at_hosts} ({sum(at_hosts.values())}), "
-          f"elsewhere { {p: n for p, n in drops.items() if n and p not in host_port.values()} }; "
-          f"tshark: lost towards each host {lost}")  # fmt: skip
+    spines = sum(n for p, n in drops.items() if p.startswith("sp"))
+    other = {p: n for p, n in drops.items() if n and p not in host_port.values()}
+    print(f"tc drops: total {total}, at worker host ports {at_hosts} ({sum(at_hosts.values())}), at spine "
+          f"ports {spines}, elsewhere {other}; tshark: lost towards each host {lost}")  # fmt: skip
     assert sum(1 for n in at_hosts.values() if n > 0) >= 4, at_hosts
-    assert sum(at_hosts.values()) > total / 2, (at_hosts, total)
-    assert max(drops.values()) < total / 2, drops
+    assert sum(at_hosts.values()) >= total / 3, (at_hosts, total)
+    assert max(drops.values()) < total / 3, drops
     for h, n in at_hosts.items():
         assert n <= lost[h], (h, n, lost[h])  # a packet dropped on its last hop never reached h
         assert lost[h] > 0 or n == 0
