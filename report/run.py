@@ -186,7 +186,7 @@ class RunView:
         summary = summarize(folder) if rebuilt else RunSummary.from_dict(doc or {})
         problems = list(dict.fromkeys(p for p in folder.problems if not p.startswith("summary.json")))
         strategies = {}
-        for name in config.strategies:
+        for name in (spec.name for spec in config.strategy_specs):  # as summary.json names them
             fig = summary.strategies.get(name) or StrategySummary()
             strategies[name] = StrategyView.read(folder.strategy(name), fig, problems)
         return cls(folder, summary, config, plan, strategies, rebuilt, problems)
