@@ -140,3 +140,15 @@ def test_all_to_all_names_the_receivers_incast(ring_run: Path) -> None:
     assert f"{port['h1']} (to h1, 3 senders: 0 drops, 0 timeouts)" in text
     assert "22 of the strategy's 121 queue drops" in text
     assert "every host sends to all 3 others at once" in section(run).blocks[1].text
+
+
+def test_variants_named_as_the_summary_names_them(ring_run: Path) -> None:
+    """A strategy given with an option at its default (ps:shards=1) is the summary's `ps`: its row in
+    the report holds the summary's figures, not dashes."""
+    cfg = json.loads((ring_run / "config.json").read_text())
+    cfg["strategies"] = ["ps:shards=1", "ring"]
+    (ring_run / "config.json").write_text(json.dumps(cfg))
+    summary = json.loads((ring_run / "summary.json").read_text())["strategies"]
+    run = RunView.open(ring_run)
+    assert list(run.strategies) == ["ps", "ring"]
+    assert run.strategies["ps"].summary.iter_time_s == summary["ps"]["iter_time_s"] is not None

@@ -22,7 +22,7 @@ from report.sections.tables import DASH, DOCS, Col, bracketed, fmt, summary_tabl
 from runmodel.strategy import MODEL_SPLITS
 from runmodel.summary import StrategySummary
 
-INCAST_FAN_IN = 3  # a host receiving from this many senders or more in a step: an incast receiver
+INCAST_FAN_IN = 3  # an incast receiver: receives from every other host of the job, and from this many or more
 
 
 def _mb(v: float | None) -> str:
@@ -108,9 +108,11 @@ def pattern(theory: dict[str, int]) -> str:
 
 
 def incast_ports(run: RunView, f: StrategySummary) -> list[tuple[str, str, int]]:
-    """(port, host, senders) of the host ports facing a receiver of INCAST_FAN_IN or more senders."""
-    _, into = fans(f.traffic_matrix_theory)
-    hosts = sorted((h for h, k in into.items() if k >= INCAST_FAN_IN), key=natural)
+    """(port, host, senders) of the host ports facing an incast receiver: one that every other host of
+    the job sends to in a step (an all-to-all's), INCAST_FAN_IN of them or more."""
+    out, into = fans(f.traffic_matrix_theory)
+    others = len(set(out) | set(into)) - 1
+    hosts = sorted((h for h, k in into.items() if k >= max(INCAST_FAN_IN, others)), key=natural)
     return [(run.plan.host(h).leaf_port, h, into[h]) for h in hosts]
 
 
@@ -146,7 +148,7 @@ def strategy_sentence(run: RunView, name: str) -> str:
             for p, h, k in ports
         )
         text += (
-            f". The receivers' incast: the host ports that receive from {INCAST_FAN_IN} or more hosts at "
+            ". The receivers' incast: the host ports that receive from every other host at "
             f"once, {items}; "
             + (
                 f"{drops} of the strategy's {fmt(f.queue_drops_total, 'int')} queue drops"
@@ -156,7 +158,7 @@ def strategy_sentence(run: RunView, name: str) -> str:
         )
     elif f.worst_queue_port:
         text += (
-            f". No host receives from {INCAST_FAN_IN} or more; its hottest port, {f.worst_queue_port}, "
+            f". No host receives from all others at once; its hottest port, {f.worst_queue_port}, "
             f"dropped {f.drops_by_port.get(f.worst_queue_port, 0)}"
         )
     return text + "."
