@@ -48,7 +48,7 @@ incast:          ## the incast curve: goodput vs number of senders, 200 ms vs 1 
 	$(IL) incast $(ARGS)
 
 # make parallel: every way of splitting the training that exists, on the default fabric, one model size
-PARALLEL ?= ring,fsdp,tp,pp:stages=4,pp:stages=4:schedule=1f1b,moe
+PARALLEL ?= ring,fsdp,tp,pp:stages=4,pp:stages=4:schedule=1f1b,moe,hybrid:dp=2:pp=3
 PARALLEL_ARGS ?= --steps 10 --grad-mb 0.5 --batch 256 --name parallel
 
 parallel:        ## ring, fsdp, tp, pp (GPipe, 1F1B), moe, hybrid: traffic matrices and incast, report in results/latest
