@@ -118,10 +118,11 @@ def _lost_towards(run: Path, job: JobSpec) -> dict[str, int]:
 
 def test_receivers_incast_at_host_ports(moe_run: Path) -> None:
     """The all-to-all's incast is every receiver's: tc counts drops at the switch ports facing most
-    worker hosts (at least 4 of the 6; each receives from 5 at once), at least a third of the run's
-    drops there, and no port with a third of them (a PS's incast puts nearly all on its one port).
+    worker hosts (at least 4 of the 6; each receives from 5 at once), a fifth of the run's drops or
+    more there, and no port with half of them (a PS's incast puts three quarters on its one port).
     tshark agrees: each host port's drops are packets its host's capture misses of what the others
-    sent it. (The rest fall mostly at spine ports towards a leaf: the same fan-in, one hop up.)"""
+    sent it. The rest fall at spine ports towards a leaf (the same fan-in, one hop up) and at the
+    leaves' uplinks where ECMP hashed too many flows onto one spine: how many varies run to run."""
     job = _job(moe_run)
     plan = RunFolder(moe_run).plan()
     host_port = {r.host: f"{plan.host(r.host).leaf}-eth{plan.host(r.host).port}" for r in job.ranks}
@@ -134,8 +135,8 @@ def test_receivers_incast_at_host_ports(moe_run: Path) -> None:
     print(f"tc drops: total {total}, at worker host ports {at_hosts} ({sum(at_hosts.values())}), at spine "
           f"ports {spines}, elsewhere {other}; tshark: lost towards each host {lost}")  # fmt: skip
     assert sum(1 for n in at_hosts.values() if n > 0) >= 4, at_hosts
-    assert sum(at_hosts.values()) >= total / 3, (at_hosts, total)
-    assert max(drops.values()) < total / 3, drops
+    assert sum(at_hosts.values()) >= total / 5, (at_hosts, total)
+    assert max(drops.values()) < total / 2, drops
     for h, n in at_hosts.items():
         assert n <= lost[h], (h, n, lost[h])  # a packet dropped on its last hop never reached h
         assert lost[h] > 0 or n == 0
