@@ -14,6 +14,7 @@ from runmodel.config import PS_FAMILY, ExperimentConfig, StrategySpec
 from runmodel.fabric import Plan
 from runmodel.folder import StrategyFolder
 from runmodel.records import JsonFile
+from runmodel.strategy import HYBRID, PIPELINE
 
 GLOO_PORT = 29500  # + the strategy's index in the run: each strategy gets fresh ports
 PS_PORT = 29600
@@ -64,9 +65,9 @@ class JobSpec(JsonFile):
     shards: tuple[ShardJob, ...] = ()  # PS family: one process per shard
     ps_bind: str = "0.0.0.0"
     pull: str = "all"  # PS family: the models of one release sent at once (all) or one after another
-    stages: int = 0  # pp: one stage per rank (world); 0 for every other strategy
-    micro: int = 1  # pp: micro-batches per step
-    schedule: str = ""  # pp: gpipe or 1f1b
+    stages: int = 0  # pp: one stage per rank (world); hybrid: each pipeline's; 0 for every other strategy
+    micro: int = 1  # pp, hybrid: micro-batches per step
+    schedule: str = ""  # pp, hybrid: gpipe or 1f1b
     variant: str = ""  # the strategy's full name (`tp:size=4`): its options, read by StrategySpec.parse
 
     @property
@@ -147,5 +148,14 @@ def job_for(
         shards=shards,
         pull=spec.pull,
         variant=spec.name,
-        **({"stages": spec.stages, "micro": spec.micro, "schedule": spec.schedule} if spec.hosts else {}),
+        **_pipeline_fields(spec),
     )
+
+
+def _pipeline_fields(spec: StrategySpec) -> dict[str, Any]:
+    """job.json's pipeline fields: pp's stages, hybrid's stages per pipeline; none for other kinds."""
+    if spec.kind == PIPELINE:
+        return {"stages": spec.stages, "micro": spec.micro, "schedule": spec.schedule}
+    if spec.kind == HYBRID:
+        return {"stages": spec.pp, "micro": spec.micro, "schedule": spec.schedule}
+    return {}
