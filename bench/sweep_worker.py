@@ -154,43 +154,58 @@ def _run_collective(plan: CollectivePlan, b: Buffers, rank: int, world: int) -> 
 
 
 def sweep_collectives(job: SweepJob, rank: int, out: Any) -> None:
-    """Every size: each collective's warm-up, then their timed iterations interleaved (ring, gloo, ring,
+    """The collectives that run at every size (the all-reduces) over all sizes first, then those
+    with sizes of their own (all-gather...) at theirs: gloo keeps one TCP connection per pair for
+    every collective, and the losses of the others (all-to-all's incast) would leave the ring's
+    neighbour connections with smaller windows, so the all-reduce rows stay as they were measured
+    without them. One JSON line per collective and size (sweep_size)."""
+    first = [p for p in job.collectives if p.sizes is None]
+    then = [p for p in job.collectives if p.sizes is not None]
+    for group in (first, then):
+        for size, warm, iters in zip(job.sizes, job.warmup, job.iters, strict=True):
+            plans = [p for p in group if p.runs_at(size)]
+            if plans:
+                sweep_size(job, plans, size, warm, iters, rank, out)
+
+
+def sweep_size(
+    job: SweepJob, plans: list[CollectivePlan], size: int, warm: int, iters: int, rank: int, out: Any
+) -> None:
+    """One size: each collective's warm-up, then their timed iterations interleaved (ring, gloo, ring,
     gloo, ...), each after a barrier, so a drift of the machine's pace falls on all alike and each
     ring iteration has a gloo iteration next to it to be compared with (a collective with `max_iters`
-    sits out the iterations past it). One JSON line per collective and size, with every iteration's
-    start (after its barrier) and end, and the bytes of its tensor (op_floats)."""
+    sits out the iterations past it). One JSON line per collective, with every iteration's start
+    (after its barrier) and end, and the bytes of its tensor (op_floats)."""
     import torch.distributed as dist
 
-    for size, warm, iters in zip(job.sizes, job.warmup, job.iters, strict=True):
-        plans = [p for p in job.collectives if p.runs_at(size)]
-        floats = {p.name: op_floats(p.kind, size, job.world) for p in plans}
-        bufs = {n: Buffers(n, job.world) for n in set(floats.values())}
+    floats = {p.name: op_floats(p.kind, size, job.world) for p in plans}
+    bufs = {n: Buffers(n, job.world) for n in set(floats.values())}
+    for plan in plans:
+        dist.barrier()
+        for _ in range(warm):
+            _run_collective(plan, bufs[floats[plan.name]], rank, job.world)
+    starts: dict[str, list[float]] = {plan.name: [] for plan in plans}
+    ends: dict[str, list[float]] = {plan.name: [] for plan in plans}
+    for k in range(iters):
         for plan in plans:
+            if plan.max_iters is not None and k >= plan.max_iters:
+                continue
             dist.barrier()
-            for _ in range(warm):
-                _run_collective(plan, bufs[floats[plan.name]], rank, job.world)
-        starts: dict[str, list[float]] = {plan.name: [] for plan in plans}
-        ends: dict[str, list[float]] = {plan.name: [] for plan in plans}
-        for k in range(iters):
-            for plan in plans:
-                if plan.max_iters is not None and k >= plan.max_iters:
-                    continue
-                dist.barrier()
-                starts[plan.name].append(time.time())
-                _run_collective(plan, bufs[floats[plan.name]], rank, job.world)
-                ends[plan.name].append(time.time())
-        for plan in plans:
-            rec = {
-                "collective": plan.name,
-                "kind": plan.kind,
-                "size_bytes": floats[plan.name] * 4,
-                "rank": rank,
-                "t_start": starts[plan.name][0],
-                "t_starts": starts[plan.name],
-                "t_end": ends[plan.name],
-            }
-            out.write(json.dumps(rec) + "\n")
-        out.flush()
+            starts[plan.name].append(time.time())
+            _run_collective(plan, bufs[floats[plan.name]], rank, job.world)
+            ends[plan.name].append(time.time())
+    for plan in plans:
+        rec = {
+            "collective": plan.name,
+            "kind": plan.kind,
+            "size_bytes": floats[plan.name] * 4,
+            "rank": rank,
+            "t_start": starts[plan.name][0],
+            "t_starts": starts[plan.name],
+            "t_end": ends[plan.name],
+        }
+        out.write(json.dumps(rec) + "\n")
+    out.flush()
 
 
 def ps_round(job: SweepJob, r: PsRound, rank: int, out: Any) -> None:

@@ -197,3 +197,42 @@ def test_the_worker_runs_the_named_operations() -> None:
         # broadcast from rank 0
         assert got[r]["broadcast"][0] == [float(k) for k in range(6)]
         assert len(t) == 6
+
+
+def test_the_all_reduces_run_every_size_before_the_others(tmp_path) -> None:
+    """Over loopback, 3 ranks: ring and gloo at both sizes first, then the others at theirs (their
+    losses would shrink the windows of the TCP connections the ring shares with them), each with
+    its iteration cap and its tensor cut in 3 equal parts."""
+    import json
+    import subprocess
+    import sys
+
+    from bench.sweep_worker import CollectivePlan, SweepJob
+    from tests.conftest import ROOT
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    small, big = 4 * 3000 + 4, 4 * 30000 + 8  # 3001 and 30002 floats: cut to 3000 and 30000
+    plans = [CollectivePlan(c, c) for c in sweep.ALL_REDUCES]
+    plans += [CollectivePlan(c, c, sizes=(big,), max_iters=2) for c in sweep.OTHERS]
+    job = SweepJob(
+        3, "127.0.0.1", port, ("lo",) * 3, (small, big), (1, 1), (4, 4), tuple(plans), out_dir=str(tmp_path)
+    )
+    (tmp_path / "job.json").write_text(job.to_json())
+    argv = [sys.executable, "-m", "bench.sweep_worker", "--job", str(tmp_path / "job.json"), "--rank"]
+    procs = [subprocess.Popen([*argv, str(r)], cwd=ROOT) for r in range(3)]
+    assert [p.wait(timeout=120) for p in procs] == [0, 0, 0]
+    lines = [json.loads(ln) for ln in (tmp_path / "rank-0.jsonl").read_text().splitlines()]
+    assert [(d["collective"], d["size_bytes"], len(d["t_end"])) for d in lines] == [
+        ("ring", small, 4),
+        ("gloo", small, 4),
+        ("ring", big, 4),
+        ("gloo", big, 4),
+        ("all-gather", 120000, 2),
+        ("reduce-scatter", 120000, 2),
+        ("all-to-all", 120000, 2),
+        ("broadcast", big, 2),
+    ]
+    last_all_reduce = max(t for d in lines[:4] for t in d["t_end"])
+    assert all(t > last_all_reduce for d in lines[4:] for t in d["t_starts"])
