@@ -16,7 +16,7 @@ from typing import Any
 from runmodel.folder import StrategyFolder
 from runmodel.records import read_jsonl
 from runmodel.strategy import StrategySpec
-from workloads.pipeline import PipeSpec  # torch: imported only when a run has a pp strategy
+from workloads.pipeline import stage_bytes_theory  # torch: imported only when a run has a pp strategy
 from workloads.schedules import bubble_theory
 
 STEADY_FROM = 2  # the first step whose times a pipeline's bubble counts (when there are more)
@@ -25,12 +25,6 @@ STEADY_FROM = 2  # the first step whose times a pipeline's bubble counts (when t
 def steady(lines: list[Any]) -> list[Any]:
     """A stage's steps in the pipeline's steady state (see the module's docstring)."""
     return lines[STEADY_FROM:] or lines[1:] or lines
-
-
-def stage_bytes_theory(grad_mb: float, batch: int) -> int:
-    """Payload bytes each way between two consecutive stages per step: the batch's activations at
-    the boundary (batch x hidden float32) forward and as many gradient bytes back, whatever M."""
-    return PipeSpec.from_grad_mb(grad_mb).act_bytes(batch)
 
 
 def pp_figures(sf: StrategyFolder, spec: StrategySpec, grad_mb: float, batch: int, out: Any) -> None:

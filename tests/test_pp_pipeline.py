@@ -128,8 +128,8 @@ def test_pp_bound_is_one_boundary_each_way() -> None:
     each way per step; at 20 Mbit/s in 1514-byte frames of 1448 payload: 18432 x 1514/1448 x 8 /
     20e6 s (the links are full duplex, so forward and backward do not add)."""
     from analysis.bounds import comm_bound_s
-    from analysis.pipeline import stage_bytes_theory
     from runmodel.strategy import StrategySpec
+    from workloads.pipeline import stage_bytes_theory
 
     assert stage_bytes_theory(0.5, 32) == 18432
     got = comm_bound_s(StrategySpec.parse("pp:stages=3"), 3, 18432, 20.0)

@@ -351,17 +351,21 @@ def run_stages(
         dist.destroy_process_group()
 
 
+def stage_bytes_theory(grad_mb: float, batch: int) -> int:
+    """Payload bytes each way between two consecutive stages per step: the batch's activations at
+    the boundary (batch x hidden float32) forward and as many gradient bytes back, whatever M."""
+    return PipeSpec.from_grad_mb(grad_mb).act_bytes(batch)
+
+
 def traffic_theory(job: JobSpec) -> dict[tuple[int, int], int]:
     """Payload bytes per training step from stage a to stage b (the traffic-matrix figure's theory):
     between consecutive stages the batch's activations forward and as many gradient bytes back
-    (analysis.pipeline.stage_bytes_theory), whatever M; nothing between the others."""
+    (stage_bytes_theory), whatever M; nothing between the others."""
     return stage_pairs(job.grad_mb, job.batch, job.world)
 
 
 def stage_pairs(grad_mb: float, batch: int, stages: int, base: int = 0) -> dict[tuple[int, int], int]:
     """traffic_theory of one pipeline whose stages are ranks base .. base + stages - 1."""
-    from analysis.pipeline import stage_bytes_theory  # analysis imports this module: import when used
-
     each_way = stage_bytes_theory(grad_mb, batch)
     return {pair: each_way for r in range(base, base + stages - 1) for pair in ((r, r + 1), (r + 1, r))}
 
