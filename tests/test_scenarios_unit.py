@@ -136,6 +136,7 @@ def test_a_bad_flag_value_is_one_line():
 # A valid value other than the default for each flag; a flag added without one fails the test below.
 SAMPLES = {
     "--workers": "3",
+    "--placement": "spread",
     "--strategies": "ring,ps",
     "--steps": "3",
     "--grad-mb": "0.25",
