@@ -569,6 +569,10 @@ def build_parser() -> Parser:
     k.add_argument("flags", nargs=argparse.REMAINDER, metavar="FLAGS", help="the run command's flags")
     k.set_defaults(func=cmd_check)
 
+    from incastlab.paths import add_paths_parser
+
+    add_paths_parser(sub)
+
     c = sub.add_parser("clean", help="remove bridges, veths, processes left by a crashed run")
     c.set_defaults(func=cmd_clean)
     return p
@@ -589,7 +593,7 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_INTERRUPTED
 
 
-FABRIC_COMMANDS = ("fabric", "dashboard", "compare", "straggler", "mitigate", "job", "incast")
+FABRIC_COMMANDS = ("fabric", "dashboard", "compare", "straggler", "mitigate", "job", "incast", "paths")
 
 
 def builds_fabric(argv: list[str]) -> bool:
