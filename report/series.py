@@ -178,13 +178,13 @@ def goodput_series(s: StrategyView) -> dict[str, Any] | None:
     start = float(doc.get("t0") or t0) - t0
     receivers = {
         h: {"bytes": int(r.get("bytes") or 0), "mbit_s": [float(x) for x in r.get("mbit_s") or []]}
-        for h, r in sorted(doc["by_receiver"].items(), key=lambda kv: _natural(kv[0]))
+        for h, r in sorted(doc["by_receiver"].items(), key=lambda kv: natural(kv[0]))
     }
     n = max((len(r["mbit_s"]) for r in receivers.values()), default=0)
     total = [sum(r["mbit_s"][i] for r in receivers.values() if i < len(r["mbit_s"])) for i in range(n)]
     flows = {
         k: [float(x) for x in v]
-        for k, v in sorted((doc.get("flows_to_ps") or {}).items(), key=lambda kv: _natural(kv[0]))
+        for k, v in sorted((doc.get("flows_to_ps") or {}).items(), key=lambda kv: natural(kv[0]))
     }
     return {
         "bin_s": bin_s,
@@ -385,7 +385,8 @@ def utilisation_series(run: RunView, s: StrategyView, interval: float) -> dict[s
     }
 
 
-def _natural(name: str) -> list[Any]:
+def natural(name: str) -> list[Any]:
+    """A sort key that orders numbers by value: lf2-eth10 after lf2-eth9, h10 after h9."""
     import re
 
     return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name)]

@@ -19,6 +19,7 @@ from report.figures.matrix import FRAME_SHARE, matrix_figure
 from report.run import RunView
 from report.sections.common import figure
 from report.sections.tables import DASH, DOCS, Col, bracketed, fmt, summary_table
+from report.series import natural
 from runmodel.strategy import MODEL_SPLITS
 from runmodel.summary import StrategySummary
 
@@ -67,11 +68,6 @@ PARALLEL_COLUMNS = [
     Col("timeouts (pcap)", "tcp_timeouts_pcap"),
     Col("timeouts (kernel)", "tcp_timeouts_kernel"),
 ]
-
-
-def natural(name: str) -> list[Any]:
-    """A sort key that orders numbers by value: h10 after h9."""
-    return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name)]
 
 
 def pairs(matrix: dict[str, Any]) -> list[tuple[str, str]]:

@@ -4,7 +4,6 @@ parameter server), every link direction's utilisation over time, and summary.jso
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from report import series as S
@@ -189,7 +188,7 @@ def bytes_per_link(run: RunView) -> Section | None:
     totals = {n: float(sum(per[n].values())) for n in names}
     links = sorted(
         {k for n, v in per.items() for k, b in v.items() if totals[n] and b >= MIN_LINK_SHARE * totals[n]},
-        key=_natural,
+        key=S.natural,
     )
     nbytes = {n: [float(per[n].get(lk, 0)) for lk in links] for n in names}
     share = {n: [b / totals[n] if totals[n] else 0.0 for b in nbytes[n]] for n in names}
@@ -217,8 +216,3 @@ def bytes_per_link(run: RunView) -> Section | None:
             )
         ],
     )
-
-
-def _natural(name: str) -> list[Any]:
-    """A sort key that orders numbers by value: lf2-eth10 after lf2-eth9."""
-    return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name)]
