@@ -100,6 +100,8 @@ class ControllerProcess:
             str(self.interval),
             "--phase-file",
             str(self.phase_file),
+            "--routing",
+            self.options.routing,
         ]
         if self.record is not None:
             argv += ["--record", str(self.record)]

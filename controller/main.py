@@ -13,6 +13,7 @@ import socket
 import sys
 from pathlib import Path
 
+from runmodel.config import ROUTINGS
 from runmodel.fabric import Plan
 
 
@@ -29,6 +30,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--api-host", default="127.0.0.1", help="HTTP API address (default loopback)")
     p.add_argument("--api-port", type=int, default=8080, help="HTTP API port (default 8080)")
     p.add_argument("--interval", type=float, default=1.0, help="statistics poll interval, s")
+    p.add_argument(
+        "--routing", default="ecmp", choices=ROUTINGS, help="routing policy (see runmodel.config.ROUTINGS)"
+    )
     p.add_argument("--record", type=Path, help="append every sample to this JSON-lines file")
     p.add_argument("--phase-file", type=Path, help="JSON file the experiment runner writes its phase to")
     return p.parse_args(argv)
@@ -84,6 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     app.CONFIG.update(
         plan=plan,
         interval=args.interval,
+        routing=args.routing,
         record=args.record,
         phase_file=args.phase_file,
         api_socket=api_socket,

@@ -41,6 +41,7 @@ __all__ = [
 ]
 
 CAPTURES = ("all", "ps-port", "none")
+ROUTINGS = ("ecmp", "firstfit", "hedera")  # controller.policy implements each
 PACKED, SPREAD = "packed", "spread"
 RANK_PLACEMENTS = (PACKED, SPREAD)  # or a list of hosts, one per rank
 
@@ -165,9 +166,15 @@ class ControllerOptions:
     of_host: str = param("127.0.0.1", "OpenFlow listen address (the switches connect over loopback)")
     of_port: int = param(6653, "OpenFlow port")
     interval: float = param(0.5, "statistics poll interval, s")
+    routing: str = param(
+        "ecmp",
+        "routing policy: ecmp (select-group hash), firstfit (each new flow pinned to the least-loaded "
+        "path), hedera (large flows re-placed from their estimated demands every poll)",
+        choices=ROUTINGS,
+    )
 
     def validate(self) -> None:
-        """Refuse impossible ports and an interval out of range."""
+        """Refuse impossible ports, an interval out of range and an unknown routing policy."""
         for name in ("api_port", "of_port"):
             port = getattr(self, name)
             if not isinstance(port, int) or not 0 < port < 65536:
@@ -175,6 +182,8 @@ class ControllerOptions:
         if self.api_port == self.of_port:
             raise ParamError("--api-port and --of-port must differ")
         number("interval", self.interval, 0, 60, lo_open=True)
+        if self.routing not in ROUTINGS:
+            raise ParamError(f"--routing must be one of {', '.join(ROUTINGS)}, got {self.routing!r}")
 
     @property
     def base_url(self) -> str:

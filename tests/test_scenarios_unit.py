@@ -137,6 +137,7 @@ def test_a_bad_flag_value_is_one_line():
 SAMPLES = {
     "--workers": "3",
     "--placement": "spread",
+    "--routing": "firstfit",
     "--strategies": "ring,ps",
     "--steps": "3",
     "--grad-mb": "0.25",
