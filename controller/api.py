@@ -36,12 +36,14 @@ class ApiApp:
         connected: Callable[[], set[int]],
         phase_file: Path | None = None,
         static_dir: Path = STATIC_DIR,
+        flows: Callable[[int], list[dict[str, Any]]] | None = None,
     ) -> None:
         self.plan = plan
         self.store = store
         self.connected = connected
         self.phase_file = phase_file
         self.static_dir = static_dir
+        self.top_flows = flows or (lambda n: [])
 
     def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
         try:
@@ -70,6 +72,7 @@ class ApiApp:
             "/api/timeseries": self.timeseries,
             "/api/phase": self.phase,
             "/api/events": self.events,
+            "/api/flows": self.flows,
         }
         try:
             params = parse_qs(query, keep_blank_values=True, strict_parsing=False, max_num_fields=20)
@@ -114,6 +117,13 @@ class ApiApp:
     def events(self, params: dict[str, list[str]]) -> tuple[str, list[tuple[str, str]], bytes]:
         """Fabric events: switch connects and disconnects, port state changes."""
         return self._json(200, {"t": self.store.now(), "events": list(self.store.events)})
+
+    def flows(self, params: dict[str, list[str]]) -> tuple[str, list[tuple[str, str]], bytes]:
+        """The ?top=N (default 20, at most 1000) flows by rate, then bytes, as the switches count them."""
+        raw = params.get("top", ["20"])[-1]
+        if not raw.isdigit() or not 0 < int(raw) <= 1000:
+            return self._json(400, {"error": f"top must be an integer in 1..1000, got {raw[:40]!r}"})
+        return self._json(200, {"t": self.store.now(), "flows": self.top_flows(int(raw))})
 
     def phase(self, params: dict[str, list[str]]) -> tuple[str, list[tuple[str, str]], bytes]:
         """What the experiment runner says it is doing (it writes the phase file)."""

@@ -1,4 +1,6 @@
-"""The os-ken application: proactive leaf-spine forwarding, statistics polling, the HTTP API.
+"""The os-ken application: proactive leaf-spine forwarding, statistics polling, the HTTP API, and
+every TCP/UDP flow learned from the first packets its ingress leaf copies here (controller.flows),
+placed by the run's routing policy (controller.policy).
 
 One handler per OpenFlow message type, as in os-ken's sample apps. Configuration comes from
 controller.main through the module-level CONFIG before os-ken instantiates the app.
@@ -19,7 +21,18 @@ from os_ken.lib import hub
 from os_ken.ofproto import ofproto_v1_3
 
 from controller.api import CLIENT_TIMEOUT, ApiApp
-from controller.routing import FlowRule, GroupRule, SwitchRules, compute_rules
+from controller.flows import FlowBook, FlowState
+from controller.routing import (
+    COOKIE_BASE,
+    COOKIE_FLOW,
+    FLOW_TABLE,
+    FlowKey,
+    FlowRule,
+    GroupRule,
+    SwitchRules,
+    compute_rules,
+    flow_entry,
+)
 from controller.stats import PORT_FIELDS, StatsStore
 from runmodel.fabric import Plan
 
@@ -42,9 +55,16 @@ class FabricController(app_manager.OSKenApp):
         record = CONFIG.get("record")
         self.store = StatsStore(self.plan, record=Path(record) if record else None)
         self.datapaths: dict[int, Any] = {}
+        self.routing: str = CONFIG.get("routing", "ecmp")
+        self.flows = FlowBook(self.plan)
+        self.recorded: dict[FlowKey, tuple[int, str | None]] = {}  # (bytes, path) last written
         phase = CONFIG.get("phase_file")
         self.api = ApiApp(
-            self.plan, self.store, lambda: set(self.datapaths), phase_file=Path(phase) if phase else None
+            self.plan,
+            self.store,
+            lambda: set(self.datapaths),
+            phase_file=Path(phase) if phase else None,
+            flows=lambda n: self.flows.top(self.store.now(), n),
         )
         self.listener = CONFIG.get("api_socket") or eventlet.listen(
             (CONFIG.get("api_host", "127.0.0.1"), int(CONFIG.get("api_port", 8080)))
@@ -124,6 +144,11 @@ class FabricController(app_manager.OSKenApp):
                 try:
                     dp.send_msg(parser.OFPPortStatsRequest(dp, 0, ofp.OFPP_ANY))
                     dp.send_msg(parser.OFPQueueStatsRequest(dp, 0, ofp.OFPP_ANY, ofp.OFPQ_ALL))
+                    dp.send_msg(
+                        parser.OFPFlowStatsRequest(
+                            dp, table_id=FLOW_TABLE, cookie=COOKIE_FLOW, cookie_mask=0xFFFFFFFFFFFFFFFF
+                        )
+                    )
                 except Exception as exc:  # noqa: BLE001 - a dying switch must not stop the poller
                     LOG.warning("stats request to %016x failed: %s", dp.id, exc)
             hub.sleep(self.interval)
@@ -148,8 +173,80 @@ class FabricController(app_manager.OSKenApp):
                 dpid, s.port_no, s.queue_id, counters, s.duration_sec + s.duration_nsec * 1e-9, t
             )
 
+    # -- flows ------------------------------------------------------------------------------
+    @set_ev_cls(ofp_event.EventOFPPacketIn, MAIN_DISPATCHER)
+    def packet_in(self, ev: Any) -> None:
+        """A copy of a new flow's packet (the original went on by the hash): learn the flow, install
+        its exact entry on the ingress leaf and every spine, placed by the routing policy."""
+        msg = ev.msg
+        rules = self.rules.get(msg.datapath.id)
+        key = flow_key(msg.data)
+        if rules is None or rules.role != "leaf" or key is None:
+            return
+        state, new = self.flows.packet_in(key, rules.name, msg.total_len, self.store.now())
+        if new or not state.installed:
+            state.installed = True
+            self._place_new(msg.datapath, rules, state)
+
+    @set_ev_cls(ofp_event.EventOFPFlowStatsReply, MAIN_DISPATCHER)
+    def flow_stats_reply(self, ev: Any) -> None:
+        """Per-flow counters: the ingress leaf's give bytes and rate, the spines' the path."""
+        rules = self.rules.get(ev.msg.datapath.id)
+        if rules is None:
+            return
+        t = self.store.now()
+        for s in ev.msg.body:
+            key = FlowKey.from_match(dict(s.match.items()))
+            if key is None:
+                continue
+            if rules.role == "leaf":
+                duration = s.duration_sec + s.duration_nsec * 1e-9
+                state = self.flows.leaf_counts(key, rules.name, s.byte_count, s.packet_count, duration, t)
+                self._record(state, t)
+            else:
+                self.flows.spine_counts(key, rules.name, s.byte_count)
+
+    @set_ev_cls(ofp_event.EventOFPFlowRemoved, MAIN_DISPATCHER)
+    def flow_removed(self, ev: Any) -> None:
+        """An idle entry expired on the ingress leaf: keep its last counters; a new packet re-learns it."""
+        msg = ev.msg
+        rules = self.rules.get(msg.datapath.id)
+        key = FlowKey.from_match(dict(msg.match.items()))
+        if rules is not None and rules.role == "leaf" and key is not None:
+            self.flows.removed(key, msg.byte_count, msg.packet_count)
+
+    def _record(self, state: FlowState, t: float) -> None:
+        """A flow row into the record and the series when its bytes or path changed."""
+        mark = (state.bytes, state.path)
+        if self.recorded.get(state.key) != mark:
+            self.recorded[state.key] = mark
+            self.store.add_sample(state.row(t))
+
+    def _place_new(self, dp: Any, rules: SwitchRules, state: FlowState) -> None:
+        """Exact entries for a new flow: the leaf's pinned by the policy (or hashed), the spines' count."""
+        out_port = None
+        if state.dst_leaf and state.dst_leaf != state.leaf:
+            spine, why = self._choose_new(state)
+            if spine is not None:
+                out_port = rules.uplinks[spine]
+                old, state.pinned = state.pinned, spine
+                self.store.add_event(
+                    "flow_pinned", flow=state.key.name, old_path=old, new_path=spine, why=why
+                )
+            entry = flow_entry(state.key)
+            for dpid, sp in list(self.datapaths.items()):
+                if self.rules[dpid].role == "spine":
+                    sp.send_msg(self._flow_mod(sp, entry))
+        dp.send_msg(self._flow_mod(dp, flow_entry(state.key, out_port)))
+
+    def _choose_new(self, state: FlowState) -> tuple[str | None, str]:
+        """The spine a new cross-leaf flow is pinned to, and why (None: the hash places it)."""
+        return None, "hash"
+
     # -- flow programming -------------------------------------------------------------------
     def _install(self, dp: Any, rules: SwitchRules) -> None:
+        """Replace the plan's rules on a switch; flow entries (COOKIE_FLOW) stay, so flows pinned by a
+        previous controller keep their path."""
         parser, ofp = dp.ofproto_parser, dp.ofproto
         dp.send_msg(
             parser.OFPFlowMod(
@@ -158,13 +255,15 @@ class FabricController(app_manager.OSKenApp):
                 table_id=ofp.OFPTT_ALL,
                 out_port=ofp.OFPP_ANY,
                 out_group=ofp.OFPG_ANY,
+                cookie=COOKIE_BASE,
+                cookie_mask=0xFFFFFFFFFFFFFFFF,
                 match=parser.OFPMatch(),
             )
         )
         dp.send_msg(parser.OFPGroupMod(dp, command=ofp.OFPGC_DELETE, group_id=ofp.OFPG_ALL))
         for group in rules.groups:
             dp.send_msg(self._group_mod(dp, group))
-        for flow in rules.flows:
+        for flow in rules.flows + rules.front:
             dp.send_msg(self._flow_mod(dp, flow))
         dp.send_msg(parser.OFPBarrierRequest(dp))
 
@@ -186,16 +285,41 @@ class FabricController(app_manager.OSKenApp):
         )
 
     @staticmethod
-    def _flow_mod(dp: Any, flow: FlowRule) -> Any:
+    def _flow_mod(dp: Any, flow: FlowRule, modify: bool = False) -> Any:
         parser, ofp = dp.ofproto_parser, dp.ofproto
         if flow.group is not None:
             actions = [parser.OFPActionGroup(flow.group)]
         else:
             actions = [parser.OFPActionOutput(p) for p in flow.out_ports]
-        instructions = [parser.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS, actions)]
+        if flow.to_controller:
+            actions.append(parser.OFPActionOutput(ofp.OFPP_CONTROLLER, max_len=128))
+        instructions = [parser.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS, actions)] if actions else []
+        if flow.goto is not None:
+            instructions.append(parser.OFPInstructionGotoTable(flow.goto))
         return parser.OFPFlowMod(
             datapath=dp,
+            cookie=flow.cookie,
+            table_id=flow.table,
+            command=ofp.OFPFC_MODIFY_STRICT if modify else ofp.OFPFC_ADD,
             priority=flow.priority,
+            idle_timeout=flow.idle_timeout,
+            flags=ofp.OFPFF_SEND_FLOW_REM if flow.cookie == COOKIE_FLOW else 0,
             match=parser.OFPMatch(**flow.match),
             instructions=instructions,
         )
+
+
+def flow_key(frame: bytes) -> FlowKey | None:
+    """The 5-tuple of an IPv4 TCP or UDP frame (the head the switch sent), else None."""
+    from os_ken.lib.packet import ipv4, packet, tcp, udp
+
+    try:
+        pkt = packet.Packet(frame)
+    except Exception:  # noqa: BLE001 - a truncated or odd frame is just not a flow
+        return None
+    ip = pkt.get_protocol(ipv4.ipv4)
+    l4 = pkt.get_protocol(tcp.tcp) or pkt.get_protocol(udp.udp)
+    if ip is None or l4 is None:
+        return None
+    proto = "tcp" if isinstance(l4, tcp.tcp) else "udp"
+    return FlowKey(proto, ip.src, ip.dst, l4.src_port, l4.dst_port)

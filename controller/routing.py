@@ -11,7 +11,14 @@ A leaf has one select group per remote leaf, so when a leaf-spine link dies the 
 rewrites groups: every leaf drops that spine from the groups toward the cut-off leaf, and the
 cut-off leaf drops it from all of its groups.
 
-The rules are plain data (FlowRule, GroupRule) so they can be tested without a switch.
+Two tables. Table 1 holds the forwarding above. Table 0 is the flow table: an exact 5-tuple entry
+per TCP/UDP flow (priority 200, the controller installs it), below it on a leaf's host ports a rule
+that sends a copy of a new flow's packets to the controller while forwarding them on to table 1,
+and a default that goes to table 1. An entry either goes on to table 1 (the hash decides, `ecmp`)
+or outputs to one uplink (the flow is pinned). Entries carry COOKIE_FLOW, the plan's rules
+COOKIE_BASE, so a reconnecting switch gets its plan rules replaced and keeps its flows' entries.
+
+The rules are plain data (FlowRule, GroupRule, FlowKey) so they can be tested without a switch.
 """
 
 from __future__ import annotations
@@ -24,6 +31,12 @@ from runmodel.fabric import HostPlan, Plan
 GROUP_BASE = 100  # group toward remote leaf k is GROUP_BASE + k
 PRIO_UNICAST = 100
 PRIO_BROADCAST = 50
+FLOW_TABLE, FORWARD_TABLE = 0, 1
+PRIO_FLOW = 200  # one flow's exact entry
+PRIO_NEW_FLOW = 10  # a new flow's packets: copy to the controller, forward by table 1
+COOKIE_BASE, COOKIE_FLOW = 0x1, 0x2
+FLOW_IDLE_S = 60  # an entry without packets for this long expires (its last counters are reported)
+PROTOS = {"tcp": 6, "udp": 17}
 MULTICAST_BIT = ("01:00:00:00:00:00", "01:00:00:00:00:00")
 
 
@@ -35,6 +48,11 @@ class FlowRule:
     match: dict[str, Any]
     out_ports: tuple[int, ...] = ()
     group: int | None = None
+    table: int = FORWARD_TABLE
+    goto: int | None = None  # go on to this table after the actions
+    to_controller: bool = False  # also send (the head of) the packet to the controller
+    cookie: int = COOKIE_BASE
+    idle_timeout: int = 0
 
 
 @dataclass(frozen=True)
@@ -52,8 +70,90 @@ class SwitchRules:
     name: str
     dpid: int
     role: str
-    flows: list[FlowRule] = field(default_factory=list)
+    flows: list[FlowRule] = field(default_factory=list)  # table 1: forwarding
     groups: list[GroupRule] = field(default_factory=list)
+    front: list[FlowRule] = field(default_factory=list)  # table 0: what leads to the flow entries
+    uplinks: dict[str, int] = field(default_factory=dict)  # leaf: spine name -> its uplink port
+
+
+@dataclass(frozen=True)
+class FlowKey:
+    """A TCP or UDP flow's 5-tuple, one direction."""
+
+    proto: str  # "tcp" | "udp"
+    src_ip: str
+    dst_ip: str
+    sport: int
+    dport: int
+
+    @property
+    def name(self) -> str:
+        """'tcp 10.0.0.2:40112>10.0.0.5:29500': the flow's id in records, the API and events."""
+        return f"{self.proto} {self.src_ip}:{self.sport}>{self.dst_ip}:{self.dport}"
+
+    def match(self) -> dict[str, Any]:
+        """The exact OpenFlow 1.3 match of this flow."""
+        return {
+            "eth_type": 0x0800,
+            "ip_proto": PROTOS[self.proto],
+            "ipv4_src": self.src_ip,
+            "ipv4_dst": self.dst_ip,
+            f"{self.proto}_src": self.sport,
+            f"{self.proto}_dst": self.dport,
+        }
+
+    @classmethod
+    def from_match(cls, match: dict[str, Any]) -> FlowKey | None:
+        """The key of an exact entry read back from a switch (None for anything else)."""
+        proto = {v: k for k, v in PROTOS.items()}.get(match.get("ip_proto", -1))
+        if proto is None or "ipv4_src" not in match or f"{proto}_src" not in match:
+            return None
+        return cls(
+            proto,
+            match["ipv4_src"],
+            match["ipv4_dst"],
+            int(match[f"{proto}_src"]),
+            int(match[f"{proto}_dst"]),
+        )
+
+
+def flow_entry(key: FlowKey, out_port: int | None = None) -> FlowRule:
+    """A flow's exact entry in table 0: on to the forwarding table (hashed), or pinned to `out_port`."""
+    if out_port is None:
+        return FlowRule(
+            PRIO_FLOW,
+            key.match(),
+            table=FLOW_TABLE,
+            goto=FORWARD_TABLE,
+            cookie=COOKIE_FLOW,
+            idle_timeout=FLOW_IDLE_S,
+        )
+    return FlowRule(
+        PRIO_FLOW,
+        key.match(),
+        out_ports=(out_port,),
+        table=FLOW_TABLE,
+        cookie=COOKIE_FLOW,
+        idle_timeout=FLOW_IDLE_S,
+    )
+
+
+def front_rules(host_ports: tuple[int, ...]) -> list[FlowRule]:
+    """Table 0 of a switch: TCP/UDP from a host port is copied to the controller (a flow it has no
+    entry for yet); everything else, and everything on a spine, goes on to table 1."""
+    rules = [FlowRule(0, {}, table=FLOW_TABLE, goto=FORWARD_TABLE)]
+    for port in host_ports:
+        for number in PROTOS.values():
+            rules.append(
+                FlowRule(
+                    PRIO_NEW_FLOW,
+                    {"in_port": port, "eth_type": 0x0800, "ip_proto": number},
+                    table=FLOW_TABLE,
+                    goto=FORWARD_TABLE,
+                    to_controller=True,
+                )
+            )
+    return rules
 
 
 def group_id(leaf: str) -> int:
@@ -82,6 +182,8 @@ def compute_rules(plan: Plan, down: set[tuple[str, str]] | None = None) -> dict[
         sr = SwitchRules(name, leaf.dpid, "leaf")
         up_ports = tuple(uplink_of[(name, sp.name)] for sp in spines)
         host_ports = tuple(h.port for h in hosts_on[name])
+        sr.front = front_rules(host_ports)
+        sr.uplinks = {sp.name: uplink_of[(name, sp.name)] for sp in spines}
         for other in leaves:
             if other.name == name:
                 continue
@@ -115,6 +217,7 @@ def compute_rules(plan: Plan, down: set[tuple[str, str]] | None = None) -> dict[
         name = spine.name
         sr = SwitchRules(name, spine.dpid, "spine")
         down_ports = tuple(downlink_of[(name, lf.name)] for lf in leaves)
+        sr.front = front_rules(())
         for host in plan.hosts:
             sr.flows.append(
                 FlowRule(PRIO_UNICAST, {"eth_dst": host.mac}, out_ports=(downlink_of[(name, host.leaf)],))

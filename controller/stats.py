@@ -136,6 +136,11 @@ class StatsStore:
             self._append(event)
         return event
 
+    def add_sample(self, sample: dict[str, Any]) -> None:
+        """A sample made elsewhere (a flow row, kind "flow") into the series and the record."""
+        with self._lock:
+            self._append(sample)
+
     def _append(self, sample: dict[str, Any]) -> None:
         if sample["kind"] != "event":
             self.series.append(sample)
