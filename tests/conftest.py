@@ -217,6 +217,19 @@ def clean_host():
         yield
 
 
+def compare_in_fresh_folder(
+    tmp_path_factory: pytest.TempPathFactory, label: str, args: list[str], timeout: float = 600
+) -> Path:
+    """A module fixture's one `incastlab compare` run (`args` after `compare`) on a guarded host, in
+    a fresh results folder; its table printed for the log, its run folder returned."""
+    results = tmp_path_factory.mktemp(label)
+    with guarded_host(label):
+        proc = run_cli(["compare", *args, "--results", str(results)], timeout=timeout)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    print(proc.stdout[-3000:])
+    return results / "latest"
+
+
 @pytest.fixture(scope="session")
 def compare_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess.CompletedProcess[str]]:
     """One short default compare run (7 workers, default fabric, every capture), shared by the tests

@@ -16,7 +16,7 @@ import pytest
 from runmodel.folder import RunFolder
 from runmodel.job import JobSpec
 from runmodel.records import read_jsonl
-from tests.conftest import guarded_host, run_cli
+from tests.conftest import compare_in_fresh_folder
 from tests.test_pp_integration import pair_bytes
 from workloads.collectives import traffic_theory as ring_theory
 from workloads.fsdp import traffic_theory as fsdp_theory
@@ -29,16 +29,9 @@ THEORY = {"ring": ring_theory, "fsdp": fsdp_theory}
 
 @pytest.fixture(scope="module")
 def fsdp_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    results = tmp_path_factory.mktemp("fsdp")
-    with guarded_host("fsdp"):
-        proc = run_cli(
-            ["compare", "--strategies", "ring,fsdp", "--steps", str(STEPS), "--workers", str(WORKERS),
-             "--capture", "all", "--results", str(results)],
-            timeout=300,
-        )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    print(proc.stdout[-3000:])
-    return results / "latest"
+    args = ["--strategies", "ring,fsdp", "--steps", str(STEPS), "--workers", str(WORKERS),
+        "--capture", "all"]  # fmt: skip
+    return compare_in_fresh_folder(tmp_path_factory, "fsdp", args, timeout=300)
 
 
 def _steps(run: Path, name: str) -> list[list[dict]]:

@@ -13,7 +13,7 @@ import pytest
 from runmodel.folder import RunFolder
 from runmodel.job import JobSpec
 from runmodel.records import read_jsonl
-from tests.conftest import guarded_host, run_cli
+from tests.conftest import compare_in_fresh_folder
 from tests.test_tp_integration import assert_pair_bytes
 from workloads.pipeline import PipeSpec, unsplit_losses
 
@@ -24,16 +24,9 @@ STEPS, NAME = 4, "hybrid"  # dp=2 and pp=2 are the defaults: the variant's name 
 
 @pytest.fixture(scope="module")
 def hybrid_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    results = tmp_path_factory.mktemp("hybrid")
-    with guarded_host("hybrid"):
-        proc = run_cli(
-            ["compare", "--strategies", "hybrid:dp=2:pp=2", "--steps", str(STEPS), "--workers", "4",
-             "--capture", "all", "--results", str(results)],
-            timeout=300,
-        )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    print(proc.stdout[-3000:])
-    return results / "latest"
+    args = ["--strategies", "hybrid:dp=2:pp=2", "--steps", str(STEPS), "--workers", "4",
+        "--capture", "all"]  # fmt: skip
+    return compare_in_fresh_folder(tmp_path_factory, "hybrid", args, timeout=300)
 
 
 def test_mean_loss_is_the_unsplit_models(hybrid_run: Path) -> None:

@@ -20,7 +20,7 @@ import pytest
 
 from runmodel.folder import RunFolder
 from runmodel.job import JobSpec
-from tests.conftest import guarded_host, run_cli
+from tests.conftest import compare_in_fresh_folder
 from tests.tshark import tshark_fields, tshark_unique_bytes
 
 pytestmark = pytest.mark.integration
@@ -30,16 +30,9 @@ STEPS, WORKERS, BATCH = 4, 6, 512
 
 @pytest.fixture(scope="module")
 def moe_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    results = tmp_path_factory.mktemp("moe")
-    with guarded_host("moe"):
-        proc = run_cli(
-            ["compare", "--strategies", "moe", "--steps", str(STEPS), "--workers", str(WORKERS),
-             "--batch", str(BATCH), "--capture", "all", "--results", str(results)],
-            timeout=300,
-        )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    print(proc.stdout[-1500:])
-    return results / "latest"
+    args = ["--strategies", "moe", "--steps", str(STEPS), "--workers", str(WORKERS),
+        "--batch", str(BATCH), "--capture", "all"]  # fmt: skip
+    return compare_in_fresh_folder(tmp_path_factory, "moe", args, timeout=300)
 
 
 def _job(run: Path) -> JobSpec:

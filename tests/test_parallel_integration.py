@@ -16,7 +16,7 @@ import pytest
 
 from runmodel.folder import RunFolder
 from runmodel.job import JobSpec
-from tests.conftest import guarded_host, run_cli
+from tests.conftest import compare_in_fresh_folder
 from tests.tshark import tshark_unique_bytes
 
 pytestmark = pytest.mark.integration
@@ -29,16 +29,9 @@ HIDDEN = 144  # the pp model's width at 0.5 MiB (tests/test_pp_integration.py wo
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    results = tmp_path_factory.mktemp("parallel")
-    with guarded_host("parallel"):
-        proc = run_cli(
-            ["compare", "--strategies", ",".join(STRATEGIES), "--steps", str(STEPS),
-             "--workers", str(WORKERS), "--batch", str(BATCH), "--capture", "all", "--results", str(results)],
-            timeout=600,
-        )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    print(proc.stdout[-3000:])
-    return results / "latest"
+    args = ["--strategies", ",".join(STRATEGIES), "--steps", str(STEPS),
+        "--workers", str(WORKERS), "--batch", str(BATCH), "--capture", "all"]  # fmt: skip
+    return compare_in_fresh_folder(tmp_path_factory, "parallel", args, timeout=600)
 
 
 def tshark_matrix(run: Path, name: str) -> dict[str, int]:

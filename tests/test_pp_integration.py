@@ -17,7 +17,7 @@ import pytest
 
 from runmodel.folder import RunFolder
 from runmodel.records import read_jsonl
-from tests.conftest import guarded_host, run_cli
+from tests.conftest import compare_in_fresh_folder
 from tests.tshark import tshark_fields, tshark_unique_bytes
 
 pytestmark = pytest.mark.integration
@@ -33,16 +33,9 @@ VARIANTS = {  # name: (micro, schedule)
 
 @pytest.fixture(scope="module")
 def pp_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    results = tmp_path_factory.mktemp("pp")
-    with guarded_host("pp"):
-        proc = run_cli(
-            ["compare", "--strategies", ",".join(VARIANTS), "--steps", str(STEPS), "--batch", str(BATCH),
-             "--compute-ms", str(COMPUTE_MS), "--results", str(results)],
-            timeout=900,
-        )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    print(proc.stdout[-3000:])
-    return results / "latest"
+    args = ["--strategies", ",".join(VARIANTS), "--steps", str(STEPS), "--batch", str(BATCH),
+        "--compute-ms", str(COMPUTE_MS)]  # fmt: skip
+    return compare_in_fresh_folder(tmp_path_factory, "pp", args, timeout=900)
 
 
 def test_hidden_width_by_hand() -> None:

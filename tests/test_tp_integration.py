@@ -18,7 +18,7 @@ import pytest
 from runmodel.folder import RunFolder
 from runmodel.job import JobSpec
 from runmodel.records import read_jsonl
-from tests.conftest import guarded_host, run_cli
+from tests.conftest import compare_in_fresh_folder
 from tests.test_pp_integration import pair_bytes
 from workloads.pipeline import PipeSpec, unsplit_losses
 
@@ -30,16 +30,9 @@ VARIANTS = ("tp:size=3", "pp:stages=3")
 
 @pytest.fixture(scope="module")
 def tp_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    results = tmp_path_factory.mktemp("tp")
-    with guarded_host("tp"):
-        proc = run_cli(
-            ["compare", "--strategies", ",".join(VARIANTS), "--steps", str(STEPS), "--workers", "3",
-             "--capture", "all", "--results", str(results)],
-            timeout=300,
-        )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    print(proc.stdout[-3000:])
-    return results / "latest"
+    args = ["--strategies", ",".join(VARIANTS), "--steps", str(STEPS), "--workers", "3",
+        "--capture", "all"]  # fmt: skip
+    return compare_in_fresh_folder(tmp_path_factory, "tp", args, timeout=300)
 
 
 def _job(run: Path, name: str) -> JobSpec:
