@@ -22,6 +22,7 @@ from os_ken.ofproto import ofproto_v1_3
 
 from controller.api import CLIENT_TIMEOUT, ApiApp
 from controller.flows import FlowBook, FlowState
+from controller.policy import LARGE_SHARE, LargeFlow, estimate_demands, first_fit, hedera_place, link_loads
 from controller.routing import (
     COOKIE_BASE,
     COOKIE_FLOW,
@@ -137,8 +138,13 @@ class FabricController(app_manager.OSKenApp):
 
     # -- statistics -------------------------------------------------------------------------
     def _poll(self) -> None:
-        """Ask every connected switch for port and queue statistics every interval."""
+        """Ask every connected switch for port, queue and flow statistics every interval; under
+        `hedera`, re-place the large flows from the previous poll's rates first."""
         while True:
+            try:
+                self._rebalance()
+            except Exception:  # noqa: BLE001 - a policy's failure must not stop the statistics
+                LOG.exception("rebalance failed")
             for dp in list(self.datapaths.values()):
                 parser, ofp = dp.ofproto_parser, dp.ofproto
                 try:
@@ -241,7 +247,74 @@ class FabricController(app_manager.OSKenApp):
 
     def _choose_new(self, state: FlowState) -> tuple[str | None, str]:
         """The spine a new cross-leaf flow is pinned to, and why (None: the hash places it)."""
-        return None, "hash"
+        if self.routing != "firstfit":
+            return None, "hash"
+        return first_fit(state.leaf, state.dst_leaf, self._live_spines(state), self._loads())
+
+    def _live_spines(self, state: FlowState) -> list[str]:
+        """Spines both of a flow's leaves reach over live links."""
+        spines = [sw.name for sw in sorted(self.plan.switches, key=lambda s: s.dpid) if sw.role == "spine"]
+        return [
+            sp for sp in spines if (state.leaf, sp) not in self.down and (state.dst_leaf, sp) not in self.down
+        ]
+
+    def _demand(self, state: FlowState) -> float:
+        """A flow's load: its measured rate; a flow not measured yet counts as its host's link rate."""
+        return state.rate_bps if state.measured else self._host_bps(state)
+
+    def _loads(self, skip: set[FlowKey] | None = None) -> dict[tuple[str, str], float]:
+        """Each directed leaf-spine link's load from the active flows on it (pinned or hashed)."""
+        now = self.store.now()
+        return link_loads(
+            (s.leaf, s.dst_leaf, s.pinned or s.path, self._demand(s))
+            for s in self.flows.flows.values()
+            if s.active(now) and (skip is None or s.key not in skip)
+        )
+
+    def _rebalance(self) -> None:
+        """Hedera: re-place the large flows from their estimated demands; each move is an event."""
+        if self.routing != "hedera":
+            return
+        now = self.store.now()
+        large = [
+            s
+            for s in self.flows.flows.values()
+            if s.active(now)
+            and s.dst_leaf
+            and s.dst_leaf != s.leaf
+            and s.installed
+            and (s.pinned or s.path)
+            and s.rate_bps >= LARGE_SHARE * self._host_bps(s)
+        ]
+        if not large:
+            return
+        shares = estimate_demands([(s.key.src_ip, s.key.dst_ip) for s in large])
+        flows = [
+            LargeFlow(s.key.name, s.leaf, s.dst_leaf, s.pinned or s.path, share * self._host_bps(s))
+            for s, share in zip(large, shares, strict=True)
+        ]
+        by_name = {s.key.name: s for s in large}
+        uplink_bps = min(ln.rate_mbit for ln in self.plan.links if ln.kind == "uplink") * 1e6
+        dead = {sp for _, sp in self.down}
+        spines = [sp for sp in self._spines() if sp not in dead] or self._spines()
+        base = self._loads(skip={s.key for s in large})
+        for name, (spine, why) in hedera_place(flows, spines, uplink_bps, base).items():
+            self._pin(by_name[name], spine, "flow_moved", why)
+
+    def _host_bps(self, state: FlowState) -> float:
+        """The link rate of the flow's sending host (0 for an address outside the plan)."""
+        src = self.flows.host_of_ip.get(state.key.src_ip)
+        return src.rate_mbit * 1e6 if src else 0.0
+
+    def _pin(self, state: FlowState, spine: str, event: str, why: str) -> None:
+        """Point a flow's ingress entry at `spine`'s uplink (counters kept) and say so."""
+        dpid = next((d for d, r in self.rules.items() if r.name == state.leaf), None)
+        dp = self.datapaths.get(dpid) if dpid is not None else None
+        if dp is None:
+            return
+        dp.send_msg(self._flow_mod(dp, flow_entry(state.key, self.rules[dpid].uplinks[spine]), modify=True))
+        old, state.pinned = state.pinned or state.path, spine
+        self.store.add_event(event, flow=state.key.name, old_path=old, new_path=spine, why=why)
 
     # -- flow programming -------------------------------------------------------------------
     def _install(self, dp: Any, rules: SwitchRules) -> None:

@@ -38,6 +38,7 @@ class FlowState:
     path: str | None = None  # spine it took last (None: same leaf, or not seen on a spine yet)
     pinned: str | None = None  # spine the controller pinned it to (None: the hash places it)
     installed: bool = False
+    measured: bool = False  # its rate was measured over at least one poll interval
     _prev: tuple[float, int] | None = None  # (entry duration, entry bytes) of the previous poll
 
     @property
@@ -122,6 +123,7 @@ class FlowBook:
         state.installed = True
         if state._prev is not None and duration > state._prev[0]:
             state.rate_bps = max(0, n_bytes - state._prev[1]) * 8 / (duration - state._prev[0])
+            state.measured = True
         if n_bytes > state.entry_bytes:
             state.t_last = t
         elif state._prev is not None and duration > state._prev[0]:
