@@ -569,9 +569,11 @@ def build_parser() -> Parser:
     k.add_argument("flags", nargs=argparse.REMAINDER, metavar="FLAGS", help="the run command's flags")
     k.set_defaults(func=cmd_check)
 
+    from incastlab.ecmp import add_ecmp_parser
     from incastlab.paths import add_paths_parser
 
     add_paths_parser(sub)
+    add_ecmp_parser(sub)
 
     c = sub.add_parser("clean", help="remove bridges, veths, processes left by a crashed run")
     c.set_defaults(func=cmd_clean)
@@ -593,7 +595,17 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_INTERRUPTED
 
 
-FABRIC_COMMANDS = ("fabric", "dashboard", "compare", "straggler", "mitigate", "job", "incast", "paths")
+FABRIC_COMMANDS = (
+    "fabric",
+    "dashboard",
+    "compare",
+    "straggler",
+    "mitigate",
+    "job",
+    "incast",
+    "paths",
+    "ecmp",
+)
 
 
 def builds_fabric(argv: list[str]) -> bool:
