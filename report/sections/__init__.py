@@ -13,6 +13,7 @@ page order; a new section, or a verdict box at the top, is one more function in 
     timing.py      iteration time against the bounds, the split of communication time
     cures.py       the PS variants against the plain PS and the ring
     parallel.py    the model splits beside the ring: who sent what where, traffic matrix vs theory
+    ecmp.py        the ring's flows per uplink and their collisions (a `make ecmp` run's ecmp.json)
     queues.py      switch queues, hot ports, drops and retransmissions over time
     traffic.py     goodput, link utilisation, bytes per link
     events.py      faults, controller events, holes in the statistics
@@ -31,6 +32,7 @@ from report.doc import Callout, Section
 from report.run import IncastView, RunView
 from report.sections import (
     cures,
+    ecmp,
     events,
     fidelity,
     incast,
@@ -58,6 +60,7 @@ SECTIONS: list[Callable[[RunView], Section | None]] = [
     timing.iteration_time,
     cures.cures,
     parallel.parallel,
+    ecmp.ecmp,
     queues.ps_queue,
     queues.drops_over_time,
     traffic.goodput,
