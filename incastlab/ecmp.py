@@ -25,13 +25,13 @@ from pathlib import Path
 from typing import Any
 
 from analysis.ecmp import SCHEMA, analyze_run, collision_share
-from runmodel.config import ExperimentConfig, load_scenario
+from runmodel.config import ROUTINGS, ExperimentConfig, load_scenario
 from runmodel.params import ParamError
 from runmodel.records import write_json
 
 FABRIC = {"spines": 4, "leaves": 2, "hosts_per_leaf": 5, "ps_host": "h5", "runtime": "netns"}
 PLACEMENT = "h1,h6,h2,h7,h3,h8,h4,h9"  # 8 ranks interleaved over the two leaves, 4 on each
-POLICIES = ("ecmp",)
+POLICIES = ROUTINGS  # every policy the controller has, the hash first
 STRATEGIES = ("ring", "allreduce")
 
 
@@ -161,7 +161,11 @@ def add_ecmp_parser(sub: Any) -> None:
         "under 4 spines, once per routing policy and seed, and counts from the leaves' uplink "
         "counters how many ring flows shared an uplink, beside the hash's expected rate.",
     )
-    p.add_argument("--policies", default=",".join(POLICIES), help="routing policies (default: ecmp)")
+    p.add_argument(
+        "--policies",
+        default=",".join(POLICIES),
+        help=f"routing policies, comma-separated (default: {','.join(POLICIES)})",
+    )
     p.add_argument("--seeds", type=int, default=3, help="runs per policy (default: 3)")
     p.add_argument("--steps", type=int, default=10, help="training steps per strategy (default: 10)")
     p.add_argument("--grad-mb", type=float, default=0.5, help="gradient MiB (default: 0.5)")
