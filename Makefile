@@ -5,7 +5,7 @@ IL      := .venv/bin/incastlab
 ARGS    ?=
 RUN     ?= results/latest
 
-.PHONY: deps image vm-box vm-check job parallel test test-unit test-integration lint fabric compare straggler mitigate incast report dashboard bench soak clean-net clean
+.PHONY: deps image vm-box vm-check job parallel ecmp paths test test-unit test-integration lint fabric compare straggler mitigate incast report dashboard bench soak clean-net clean
 
 deps:            ## install everything (Debian packages, Open vSwitch running, .venv); idempotent
 	bash scripts/deps.sh
@@ -53,6 +53,15 @@ PARALLEL_ARGS ?= --steps 10 --grad-mb 0.5 --batch 256 --name parallel
 
 parallel:        ## ring, fsdp, tp, pp (GPipe, 1F1B), moe, hybrid: traffic matrices and incast, report in results/latest
 	$(IL) compare --strategies $(PARALLEL) $(PARALLEL_ARGS) $(ARGS)
+
+# make ecmp: ring and gloo all-reduce, ranks interleaved over 2 leaves under 4 spines, per routing policy
+ECMP_ARGS ?= --policies ecmp,firstfit,hedera --seeds 2
+
+ecmp:            ## the hash's uplink collisions of the ring's flows, per routing policy and seed
+	$(IL) ecmp $(ECMP_ARGS) $(ARGS)
+
+paths:           ## which spine each probed flow takes: make paths ARGS="h1 h3 --count 16"
+	$(IL) paths $(ARGS)
 
 job:             ## your own training job in containers on the fabric: make job ARGS="--image IMG -- CMD..."
 	$(IL) job $(ARGS)
