@@ -404,6 +404,54 @@
     syncRows(qb, queueRows, qwanted);
   }
 
+  const flowRows = new Map();
+  const FLOW_TOP = 10; // rows of the top-flows table
+  const DECISIONS = 20; // newest routing decisions shown
+  const ROUTING_EVENTS = new Set(["flow_pinned", "flow_moved"]);
+
+  function paintFlows(flows) {
+    const tb = $("flows-table").tBodies[0];
+    const cells = ["c-flow mono", "c-hosts", "c-path", "c-rate num", "c-bytes num", "c-age num"];
+    const wanted = [];
+    for (const f of flows) {
+      const tr = rowFor(tb, flowRows, f.flow, cells);
+      tr.dataset.flow = f.flow;
+      const td = tr.children;
+      setText(td[0], f.flow);
+      setText(td[1], `${f.src || f.src_ip} → ${f.dst || f.dst_ip}`);
+      const via = f.spine || (f.leaf === f.dst_leaf ? "same leaf" : "–");
+      setText(td[2], `${f.leaf} ${via}${f.pinned ? " (pinned)" : ""}`);
+      setText(td[3], mbit(f.rate_bps));
+      setText(td[4], num(f.bytes) === null ? "–" : (f.bytes / 1e6).toFixed(2));
+      setText(td[5], num(f.age_s) === null ? "–" : f.age_s.toFixed(1));
+      wanted.push(tr);
+    }
+    syncRows(tb, flowRows, wanted);
+  }
+
+  function paintDecisions(events) {
+    const tb = $("routing-table").tBodies[0];
+    const rows = events.filter((e) => ROUTING_EVENTS.has(e.event)).slice(-DECISIONS).reverse();
+    tb.replaceChildren(
+      ...rows.map((e) => {
+        const tr = document.createElement("tr");
+        tr.dataset.event = e.event;
+        for (const text of [
+          hhmmss(1000 * e.t),
+          e.event,
+          e.flow,
+          `${e.old_path || "hash"} → ${e.new_path}`,
+          e.why || "",
+        ]) {
+          const td = document.createElement("td");
+          td.textContent = text;
+          tr.appendChild(td);
+        }
+        return tr;
+      }),
+    );
+  }
+
   function syncRows(tbody, rows, wanted) {
     const keep = new Set(wanted);
     for (const [key, tr] of rows) {
@@ -576,11 +624,13 @@
         }
       }
     }
-    const [ports, queues, phase, ts] = await Promise.allSettled([
+    const [ports, queues, phase, ts, flows, events] = await Promise.allSettled([
       fetchJSON("/api/ports"),
       fetchJSON("/api/queues"),
       fetchJSON("/api/phase"),
       fetchJSON(`/api/timeseries?since=${seriesSince().toFixed(3)}`),
+      fetchJSON(`/api/flows?top=${FLOW_TOP}`),
+      fetchJSON("/api/events"),
     ]);
     if (ports.status === "rejected") {
       state.failures += 1;
@@ -615,6 +665,8 @@
     paintPhase(phase.status === "fulfilled" ? phase.value : null);
     paintFabric();
     paintTables();
+    if (flows.status === "fulfilled") paintFlows(flows.value.flows || []);
+    if (events.status === "fulfilled") paintDecisions(events.value.events || []);
     paintLive();
     paintCharts();
   }
