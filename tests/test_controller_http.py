@@ -40,6 +40,8 @@ VALID_GETS = [
     "/api/timeseries?since=0",
     "/api/phase",
     "/api/events",
+    "/api/flows",
+    "/api/flows?top=1000",
     "/",
     "/static/app.js",
 ]
@@ -175,6 +177,17 @@ def test_valid_gets_answer_200(ctl: ControllerProcess) -> None:
     assert_valid_gets(ctl)
     topo = ctl.get("/api/topology")
     assert topo["switches"] and not any(s["connected"] for s in topo["switches"])
+
+
+@pytest.mark.parametrize("top", ["0", "1001", "-1", "ten", "", "1.5", "9" * 40])
+def test_bad_top_is_400_json(ctl: ControllerProcess, top: str) -> None:
+    doc = get_json_error(ctl, f"/api/flows?top={top}", 400)
+    assert "top must be" in doc["error"]
+
+
+def test_no_flows_before_any_switch(ctl: ControllerProcess) -> None:
+    doc = ctl.get("/api/flows")
+    assert doc["flows"] == [] and isinstance(doc["t"], float)
 
 
 @pytest.mark.parametrize(
