@@ -77,7 +77,13 @@ def uplink_series(rows: list[dict[str, Any]], leaf: str, spines: Sequence[str]) 
 def leaf_figures(series: list[tuple[float, dict]], flows: int, spines: Sequence[str]) -> dict[str, Any]:
     """One leaf's ring flows per uplink over the window (first to last sample) and over time."""
     if len(series) < 2:
-        return {"flows": flows, "per_uplink": None, "collided": None, "over_time": []}
+        return {
+            "flows": flows,
+            "per_uplink": None,
+            "collided": None,
+            "over_time": [],
+            "collided_intervals": 0,
+        }
     first, last = series[0][1], series[-1][1]
     window = {sp: last[sp] - first[sp] for sp in spines}
     per_uplink = flows_from_bytes(window, flows)
@@ -94,6 +100,7 @@ def leaf_figures(series: list[tuple[float, dict]], flows: int, spines: Sequence[
         "per_uplink": per_uplink,
         "collided": collided(per_uplink.values()),
         "over_time": over_time,
+        "collided_intervals": sum(collided(o["flows"].values()) > 0 for o in over_time),
     }
 
 

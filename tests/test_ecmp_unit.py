@@ -97,6 +97,9 @@ def test_analysis_of_a_synthetic_record(tmp_path):
     assert ring["ring_flows"] == 8
     # every interval of the record has the window's shares
     assert [p["flows"]["sp3"] for p in ring["leaves"]["lf1"]["over_time"]] == [2, 2, 2]
+    assert (
+        ring["leaves"]["lf1"]["collided_intervals"] == 3 and ring["leaves"]["lf2"]["collided_intervals"] == 0
+    )
     assert ring["expected_rate_leaf"] == pytest.approx(1 - 24 / 256)
     assert ring["expected_rate"] == pytest.approx(1 - (24 / 256) ** 2)  # either leaf colliding
     # busbw by hand: 524288 B * 8 / 0.5 s = 8.388608 Mbit/s, x 2*7/8
@@ -120,6 +123,7 @@ def test_the_report_section_shows_the_runs_collisions(tmp_path):
     table = section.blocks[1]
     assert table.values["ring lf1"]["collided"] == 2 and table.values["ring lf2"]["collided"] == 0
     assert [r.bad for r in table.rows if r.label.startswith("ring")] == [True, False]
+    assert table.rows[0].cells[4] == "3 of 3"
 
 
 def test_a_policy_the_controller_lacks_is_refused():

@@ -36,6 +36,12 @@ def ecmp(run: RunView) -> Section | None:
             numeric=False,
         ),
         Column("collided", "flows on an uplink that carries 2 or more"),
+        Column(
+            "intervals collided",
+            "controller sample intervals with uplink traffic in which 2+ flows shared an uplink, of all such "
+            "intervals (a policy that moves flows ends collisions mid-run)",
+            numeric=False,
+        ),
         Column("expected collision rate", "1 - n!/((n-k)! n^k) for k flows on n uplinks"),
         Column("busbw (Mbit/s)", "grad bytes / comm_time_s x 2(n-1)/n"),
         Column("iteration (s)", "summary.json iter_time_s"),
@@ -55,6 +61,11 @@ def ecmp(run: RunView) -> Section | None:
                         str(f.get("flows") or DASH),
                         "/".join(map(str, per.values())) if per and f.get("flows") else DASH,
                         _num(f.get("collided") if f.get("flows") else None, "{}"),
+                        (
+                            f"{f.get('collided_intervals', 0)} of {len(f.get('over_time') or [])}"
+                            if f.get("flows")
+                            else DASH
+                        ),
                         _num(r.get("expected_rate_leaf"), "{:.0%}"),
                         _num(r.get("busbw_mbit"), "{:.2f}"),
                         _num(r.get("iter_time_s"), "{:.3f}"),
