@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 Link = tuple[str, str]
 LARGE_SHARE = 0.1  # Hedera's threshold: a flow above 10 % of its host's link rate is large
+QUANTUM = 1e6  # first fit compares loads in whole Mbit/s
 ROOM = 1.01  # a path has room when its links' load plus the demand is within 1 % of capacity
 
 
@@ -45,13 +46,25 @@ def mbit(bps: float) -> str:
     return f"{bps / 1e6:.1f}"
 
 
-def first_fit(src_leaf: str, dst_leaf: str, spines: list[str], load: dict[Link, float]) -> tuple[str, str]:
-    """The least-loaded path's spine for a new flow (ties: the first spine), and the reason."""
+def first_fit(
+    src_leaf: str,
+    dst_leaf: str,
+    spines: list[str],
+    load: dict[Link, float],
+    flows: dict[Link, float] | None = None,
+) -> tuple[str, str]:
+    """The least-loaded path's spine for a new flow, and the reason. Loads count in whole Mbit/s (an
+    ACK stream's trickle decides nothing); among equal ones the path whose busier link carries the
+    fewest active flows (`flows`, per link) wins, then the first spine. Connections opened together
+    while the fabric is idle (a ring's) thus spread over the spines instead of all taking the first."""
     if not spines:
         raise ValueError("no live spine between the leaves")
     loads = {sp: path_load(load, src_leaf, dst_leaf, sp) for sp in spines}
-    best = min(spines, key=lambda sp: (loads[sp], spines.index(sp)))
-    why = "least-loaded path (Mbit/s): " + ", ".join(f"{sp} {mbit(loads[sp])}" for sp in spines)
+    counts = {sp: path_load(flows or {}, src_leaf, dst_leaf, sp) for sp in spines}
+    best = min(spines, key=lambda sp: (round(loads[sp] / QUANTUM), counts[sp], spines.index(sp)))
+    why = "least-loaded path (Mbit/s, flows): " + ", ".join(
+        f"{sp} {mbit(loads[sp])} {counts[sp]:.0f}" for sp in spines
+    )
     return best, why
 
 

@@ -54,7 +54,23 @@ def test_first_fit_takes_the_path_whose_busier_link_is_lightest():
     }
     spine, why = first_fit("lf1", "lf2", ["sp1", "sp2", "sp3"], load)
     assert spine == "sp3"
-    assert "sp1 5.0" in why and "sp2 8.0" in why and "sp3 2.0" in why
+    assert "sp1 5.0 0" in why and "sp2 8.0 0" in why and "sp3 2.0 0" in why
+
+
+def test_first_fit_spreads_flows_opened_on_an_idle_fabric():
+    # loads within the same whole Mbit/s (an ACK stream's 0.3): the path with fewer active flows wins
+    load = {("lf1", "sp1"): 0.3e6, ("sp2", "lf2"): 0.1e6}
+    flows = {("lf1", "sp1"): 1.0, ("sp1", "lf2"): 1.0, ("lf1", "sp2"): 2.0}
+    spine, why = first_fit("lf1", "lf2", ["sp1", "sp2", "sp3"], load, flows)
+    assert spine == "sp3" and "sp2 0.1 2" in why
+    # a ring's four connections opened at once, each counted on its path as it is pinned
+    counts: dict = {}
+    chosen = []
+    for _ in range(4):
+        sp, _ = first_fit("lf1", "lf2", ["sp1", "sp2", "sp3", "sp4"], {}, counts)
+        chosen.append(sp)
+        counts.update(link_loads([("lf1", "lf2", sp, counts.get(("lf1", sp), 0.0) + 1.0)]))
+    assert chosen == ["sp1", "sp2", "sp3", "sp4"]
 
 
 def test_first_fit_ties_go_to_the_first_spine_and_no_spine_is_refused():
