@@ -135,6 +135,19 @@ class FabricController(app_manager.OSKenApp):
                 dead_links=sorted(f"{a}-{b}" for a, b in self.down),
             )
             LOG.info("link %s-%s %s: groups rewritten", link[0], link[1], "down" if down else "up")
+            if down:
+                self._repin_off(link)
+
+    def _repin_off(self, link: tuple[str, str]) -> None:
+        """Flows pinned over a dead leaf-spine link move to the least-loaded live path (the hashed
+        ones follow the rewritten groups)."""
+        leaf, spine = link
+        for state in list(self.flows.flows.values()):
+            if state.pinned == spine and leaf in (state.leaf, state.dst_leaf):
+                live = self._live_spines(state)
+                if live:
+                    new, why = first_fit(state.leaf, state.dst_leaf, live, self._loads(skip={state.key}))
+                    self._pin(state, new, "flow_moved", f"link {leaf}-{spine} down; {why}")
 
     # -- statistics -------------------------------------------------------------------------
     def _poll(self) -> None:
@@ -249,24 +262,32 @@ class FabricController(app_manager.OSKenApp):
         """The spine a new cross-leaf flow is pinned to, and why (None: the hash places it)."""
         if self.routing != "firstfit":
             return None, "hash"
-        return first_fit(state.leaf, state.dst_leaf, self._live_spines(state), self._loads())
+        return first_fit(
+            state.leaf, state.dst_leaf, self._live_spines(state), self._loads(), self._loads(count=True)
+        )
+
+    def _spines(self) -> list[str]:
+        """Every spine of the plan, in order."""
+        return [sw.name for sw in sorted(self.plan.switches, key=lambda s: s.dpid) if sw.role == "spine"]
 
     def _live_spines(self, state: FlowState) -> list[str]:
         """Spines both of a flow's leaves reach over live links."""
-        spines = [sw.name for sw in sorted(self.plan.switches, key=lambda s: s.dpid) if sw.role == "spine"]
         return [
-            sp for sp in spines if (state.leaf, sp) not in self.down and (state.dst_leaf, sp) not in self.down
+            sp
+            for sp in self._spines()
+            if (state.leaf, sp) not in self.down and (state.dst_leaf, sp) not in self.down
         ]
 
     def _demand(self, state: FlowState) -> float:
         """A flow's load: its measured rate; a flow not measured yet counts as its host's link rate."""
         return state.rate_bps if state.measured else self._host_bps(state)
 
-    def _loads(self, skip: set[FlowKey] | None = None) -> dict[tuple[str, str], float]:
-        """Each directed leaf-spine link's load from the active flows on it (pinned or hashed)."""
+    def _loads(self, skip: set[FlowKey] | None = None, count: bool = False) -> dict[tuple[str, str], float]:
+        """Each directed leaf-spine link's load from the active flows on it (pinned or hashed), or
+        with `count` how many active flows it carries."""
         now = self.store.now()
         return link_loads(
-            (s.leaf, s.dst_leaf, s.pinned or s.path, self._demand(s))
+            (s.leaf, s.dst_leaf, s.pinned or s.path, 1.0 if count else self._demand(s))
             for s in self.flows.flows.values()
             if s.active(now) and (skip is None or s.key not in skip)
         )
