@@ -27,7 +27,7 @@ from typing import Any
 from analysis.ecmp import SCHEMA, analyze_run, collision_share
 from runmodel.config import ROUTINGS, ExperimentConfig, load_scenario
 from runmodel.params import ParamError
-from runmodel.records import write_json
+from runmodel.records import read_json, write_json
 
 FABRIC = {"spines": 4, "leaves": 2, "hosts_per_leaf": 5, "ps_host": "h5", "runtime": "netns"}
 PLACEMENT = "h1,h6,h2,h7,h3,h8,h4,h9"  # 8 ranks interleaved over the two leaves, 4 on each
@@ -103,21 +103,56 @@ def ecmp_table(rows: list[dict[str, Any]]) -> Any:
         Col("busbw", "Mbit/s", "busbw_mbit", "{:.2f}"),
         Col("iter", "s", "iter_time_s", "{:.3f}"),
     ]
-    hit, seen = collision_share(rows)
     rate = next((r["expected_rate_leaf"] for r in rows if r.get("expected_rate_leaf") is not None), None)
     footer = []
-    if seen:
-        footer.append(
-            f"hashing put 2+ ring flows on one uplink in {hit} of {seen} leaf draws ({hit / seen:.0%}); "
-            f"expected {rate:.0%} (1 - n!/((n-k)! n^k))"
-        )
+    for policy in dict.fromkeys(r["policy"] for r in rows):
+        hit, seen = collision_share(r for r in rows if r["policy"] == policy)
+        if not seen:
+            continue
+        line = f"{policy}: 2+ ring flows on one uplink in {hit} of {seen} leaf draws ({hit / seen:.0%})"
+        if policy == "ecmp" and rate is not None:
+            line += f"; the hash's expected rate {rate:.0%} (1 - n!/((n-k)! n^k))"
+        footer.append(line)
     return Table(cols, rows, footer=footer)
+
+
+def rebuild(parent: Path) -> dict[str, Any]:
+    """ecmp.json of a saved sweep (and each run's) recomputed from its runs' files, no network:
+    the policy and seed of a run are its config.json's routing and seed."""
+    from runmodel.folder import RunFolder
+
+    rows: list[dict[str, Any]] = []
+    policies: list[str] = []
+    for run_dir in sorted(d for d in parent.iterdir() if (d / "config.json").is_file()):
+        cfg = RunFolder(run_dir).config()
+        policy, seed = getattr(cfg.controller, "routing", "ecmp"), cfg.seed
+        found = analyze_run(run_dir)
+        write_json(run_dir / "ecmp.json", {"schema": SCHEMA, "policy": policy, "seed": seed, "rows": found})
+        rows += [{"policy": policy, "seed": seed, "run": run_dir.name, **r} for r in found]
+        policies += [policy] if policy not in policies else []
+    rows.sort(key=lambda r: (policies.index(r["policy"]), r["seed"]))
+    old = read_json(parent / "ecmp.json") or {}
+    seeds = max((r["seed"] for r in rows), default=0)
+    doc = {"schema": SCHEMA, "policies": policies, "seeds": seeds, "rows": rows}
+    if "seconds" in old:
+        doc["seconds"] = old["seconds"]
+    write_json(parent / "ecmp.json", doc)
+    return doc
 
 
 def run(args: argparse.Namespace, say: Callable[[str], None]) -> int:
     """The sweep: checks, every (policy, seed) run, the analysis, ecmp.json and the table."""
     from incastlab.cli import SCENARIO_DIR, require_root
     from runmodel.folder import RunFolder
+
+    if args.rebuild:
+        parent = Path(args.rebuild)
+        if not parent.is_dir():
+            raise ParamError(f"--rebuild: no such folder: {parent}")
+        doc = rebuild(parent)
+        table = ecmp_table(doc["rows"])
+        print(table.render_json(run=str(parent)) if args.json else table.render(), flush=True)
+        return 0
 
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
     if not policies:
@@ -170,6 +205,11 @@ def add_ecmp_parser(sub: Any) -> None:
     p.add_argument("--steps", type=int, default=10, help="training steps per strategy (default: 10)")
     p.add_argument("--grad-mb", type=float, default=0.5, help="gradient MiB (default: 0.5)")
     p.add_argument("--no-report", action="store_true", help="skip each run's report.html")
+    p.add_argument(
+        "--rebuild",
+        metavar="SWEEP",
+        help="recompute ecmp.json and the table of a saved sweep folder from its runs' files (no root)",
+    )
     add_results_flags(p)
     add_json_flag(p)
     p.set_defaults(func=lambda a: run(a, say))

@@ -108,7 +108,10 @@ def test_analysis_of_a_synthetic_record(tmp_path):
     table = ecmp_table([{"policy": "ecmp", "seed": 1, **r} for r in rows])
     doc = table.to_doc()
     assert doc["rows"][0]["flows_per_uplink"] == "lf1 1/0/2/1 lf2 1/1/1/1"
-    assert "in 1 of 2 leaf draws (50%); expected 91%" in doc["footer"][0]
+    assert doc["footer"] == [
+        "ecmp: 2+ ring flows on one uplink in 1 of 2 leaf draws (50%); "
+        "the hash's expected rate 91% (1 - n!/((n-k)! n^k))"
+    ]
     json.dumps(doc, allow_nan=False)
 
 
