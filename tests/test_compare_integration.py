@@ -353,3 +353,28 @@ def test_bad_experiment_input_is_refused_by_name(clean_host, tmp_path):
         assert proc.returncode == 2, (args, proc.stderr)
         assert needle in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
     assert not any(Path(tmp_path).iterdir()), "nothing is written for a refused run"
+
+
+def test_the_switches_count_every_large_flow_as_the_senders_capture_does(compare_run):
+    """Every flow over 1 MB that the controller learned from the switches (controller.jsonl, kind
+    flow): its bytes within 2 % of tshark's frame bytes of that 5-tuple on the sender's capture."""
+    run, _ = compare_run
+    final: dict[str, dict] = {}
+    for line in (run / "controller.jsonl").read_text().splitlines():
+        row = json.loads(line)
+        if row.get("kind") == "flow" and row["bytes"] >= final.get(row["flow"], {"bytes": -1})["bytes"]:
+            final[row["flow"]] = row
+    large = {f: r for f, r in final.items() if r["bytes"] > 1_000_000 and r["src"]}
+    assert len(large) >= 7, f"a compare's training flows are large: {sorted(final)}"
+    wire: collections.Counter[tuple[str, str, int, int]] = collections.Counter()
+    for pcap in run.glob("*/pcap/h*.pcap"):
+        for src, dst, sport, dport, size in tshark_fields(
+            pcap, "ip.src", "ip.dst", "tcp.srcport", "tcp.dstport", "frame.len", display="tcp"
+        ):
+            if pcap.stem == next((r["src"] for r in large.values() if r["src_ip"] == src), None):
+                wire[(src, dst, int(sport), int(dport))] += int(size)
+    for flow, r in large.items():
+        theirs = wire[(r["src_ip"], r["dst_ip"], r["sport"], r["dport"])]
+        assert abs(r["bytes"] - theirs) <= 0.02 * theirs, (
+            f"{flow}: switches {r['bytes']} B, tshark {theirs} B"
+        )
