@@ -5,7 +5,9 @@ flow per probe, each its own source port, TCP SYNs or UDP datagrams to --dport, 
 sent as Ethernet frames to DST's MAC (the fabric forwards on it, so no ARP is needed). Probes go one
 at a time; between two, every spine's OpenFlow port counter toward DST's leaf is read with
 `ovs-ofctl dump-ports` (spine port j leads to leaf j, runmodel.fabric.Plan), and the spine whose
-counter moved by the probe's packets is the one the flow took. Whatever the controller's routing
+counter moved by the probe's packets is the one the flow took. Each flow's first frame goes alone,
+uncounted, 0.2 s ahead: a pinning policy pins at a flow's first packet, and frames sent before its
+entry is installed follow the hash. Whatever the controller's routing
 policy (the leaves' ECMP select groups, or a pinning policy), this is what the switches did.
 
 Arguments the fabric cannot answer (an unknown host, SRC = DST, both on one leaf so no spine is
@@ -33,6 +35,7 @@ MAX_PROBES = 256
 SPORT_BASE = 40000  # probe k's source port is SPORT_BASE + k: chosen, so a run can be repeated
 PACKETS = 3  # frames per probe: a spine whose counter moved by at least this many took the flow
 SETTLE_S = 2.0  # how long a probe's frames may take to reach the spine's counter
+OPEN_WAIT_S = 0.2  # after a flow's first frame, before the counted ones: a pinning policy's entry is in
 
 
 @dataclass(frozen=True)
@@ -80,6 +83,22 @@ class Probe:
     sport: int
     spine: str | None
     deltas: dict[str, int]
+    pinned: str | None = None  # the spine the controller's last flow_pinned/flow_moved event named
+
+
+PLACING_EVENTS = ("flow_pinned", "flow_moved")  # a pinning policy's decisions (controller/app.py)
+
+
+def controller_choices(events: list[dict[str, Any]], plan: Plan, probe: ProbeSpec) -> dict[int, str]:
+    """Source port -> the spine the controller last placed that probe's flow on, from its events
+    (flows are named 'tcp 10.0.0.1:40000>10.0.0.3:5201'); empty under the hash."""
+    src, dst = plan.host(probe.src).ip, plan.host(probe.dst).ip
+    names = {f"{probe.proto} {src}:{sp}>{dst}:{probe.dport}": sp for sp in probe.sports}
+    out: dict[int, str] = {}
+    for e in events:
+        if e.get("event") in PLACING_EVENTS and e.get("flow") in names and e.get("new_path"):
+            out[names[e["flow"]]] = e["new_path"]
+    return out
 
 
 # -- the switches' counters ---------------------------------------------------------------------------
@@ -153,10 +172,11 @@ class Sender:
             err = self.proc.stderr.read() if self.proc.stderr and self.proc.poll() is not None else ""
             raise RuntimeError(f"probe sender: expected {word!r}, got {line!r} {err.strip()[-300:]}")
 
-    def send(self, sport: int) -> None:
-        """Send one probe's frames from source port `sport`; returns when they are out."""
+    def send(self, sport: int, opener: bool = False) -> None:
+        """Send one probe's frames from source port `sport` (opener: one frame only, the flow's
+        first, which a pinning policy answers with the flow's entry); returns when they are out."""
         assert self.proc.stdin is not None
-        self.proc.stdin.write(f"{sport}\n")
+        self.proc.stdin.write(f"{'o' if opener else ''}{sport}\n")
         self.proc.stdin.flush()
         self._expect("ok")
 
@@ -181,14 +201,15 @@ def sender_main(argv: list[str]) -> int:
     sock = conf.L2socket(iface=nic)
     print("ready", flush=True)
     for line in sys.stdin:
-        sport = int(line)
+        opener = line.startswith("o")
+        sport = int(line.lstrip("o"))
         l4 = (
             TCP(sport=sport, dport=int(dport), flags="S")
             if proto == "tcp"
             else UDP(sport=sport, dport=int(dport))
         )
         frame = Ether(src=smac, dst=dmac) / IP(src=sip, dst=dip) / l4
-        sendp(frame, count=int(packets), socket=sock, verbose=False)
+        sendp(frame, count=1 if opener else int(packets), socket=sock, verbose=False)
         print("ok", flush=True)
     sock.close()
     return 0
@@ -205,6 +226,10 @@ def probe_paths(sess: Any, probe: ProbeSpec, say: Callable[[str], None] | None =
     out: list[Probe] = []
     try:
         for sport in probe.sports:
+            # the flow's first frame alone: under a pinning policy it goes to the controller, and
+            # frames that come before the pinned entry exists follow the hash; the counted ones after
+            sender.send(sport, opener=True)
+            time.sleep(OPEN_WAIT_S)
             before = read_spines(ports)
             sender.send(sport)
             deadline = time.monotonic() + SETTLE_S
@@ -219,7 +244,14 @@ def probe_paths(sess: Any, probe: ProbeSpec, say: Callable[[str], None] | None =
                 say(f"sport {sport}: {out[-1].spine or 'no single spine'} ({deltas})")
     finally:
         sender.close()
-    return out
+    try:
+        events = sess.controller.get("/api/events", timeout=10)["events"]
+    except Exception as exc:  # noqa: BLE001 - the switches' answer stands without the controller's
+        if say is not None:
+            say(f"controller events unavailable ({exc}); its choices are not shown")
+        return out
+    chosen = controller_choices(events, plan, probe)
+    return [dataclasses.replace(p, pinned=chosen.get(p.sport)) for p in out]
 
 
 def paths_table(probe: ProbeSpec, probes: list[Probe]) -> Any:
@@ -233,12 +265,17 @@ def paths_table(probe: ProbeSpec, probes: list[Probe]) -> Any:
         Col("spine", "", "spine", align="<"),
         *(Col(sp, "pkts", (lambda p, s=sp: p.deltas.get(s)), name=f"pkts_{sp}") for sp in spines),
     ]
+    if any(p.pinned for p in probes):  # a pinning policy: its choice beside what the switches did
+        cols.insert(2, Col("pinned", "controller", "pinned", align="<"))
     counts = {sp: sum(p.spine == sp for p in probes) for sp in spines}
     unclear = sum(p.spine is None for p in probes)
     footer = [
         f"{probe.src} -> {probe.dst}, {probe.proto} dport {probe.dport}, {probe.packets} packets per probe",
         "flows per spine: " + ", ".join(f"{sp} {n}" for sp, n in counts.items()),
     ]
+    disagree = [p.sport for p in probes if p.pinned and p.pinned != p.spine]
+    if disagree:
+        footer.append(f"the switches did not follow the controller's pin for sport {disagree}")
     if unclear:
         footer.append(f"{unclear} probe(s) moved no single spine's counter by {probe.packets} packets")
     return Table(cols, probes, footer=footer)
