@@ -174,3 +174,12 @@ def test_a_restarted_controller_adopts_an_entry_it_did_not_install():
     key = FlowKey("udp", "10.0.0.1", "10.0.0.3", 5000, 6000)
     state = book.leaf_counts(key, "lf1", 5000, 5, duration=4.0, t=50.0)
     assert (state.t_start, state.src, state.dst, state.dst_leaf) == (46.0, "h1", "h3", "lf2")
+
+
+def test_an_unknown_routing_policy_is_refused_in_one_line():
+    from runmodel.config import ControllerOptions
+    from runmodel.params import ParamError
+
+    ControllerOptions(routing="hedera").validate()
+    with pytest.raises(ParamError, match=r"^--routing must be one of ecmp, firstfit, hedera, got 'ospf'$"):
+        ControllerOptions(routing="ospf").validate()
