@@ -144,13 +144,20 @@ class FlowBook:
         state.rate_bps, state._prev, state.installed = 0.0, None, False
 
     def spine_counts(self, key: FlowKey, spine: str, n_bytes: int) -> FlowState | None:
-        """A spine's entry counters: the spine whose count grew is the flow's path."""
+        """A spine's entry counters: the spine whose count grew is the flow's path. A spine's first
+        count (a new entry, or every entry after a controller restart) is not growth: the spine that
+        counted most so far is the path, not the one that a flow's first hashed packets crossed."""
         state = self.flows.get(key)
         if state is None:
             return None
-        if n_bytes > state.spine_bytes.get(spine, 0):
-            state.path = spine
+        prev = state.spine_bytes.get(spine)
         state.spine_bytes[spine] = n_bytes
+        if prev is None:
+            best = state.spine_bytes.get(state.path, 0) if state.path else 0
+            if n_bytes > best:
+                state.path = spine
+        elif n_bytes > prev:
+            state.path = spine
         return state
 
     def top(self, now: float, n: int = 20) -> list[dict[str, Any]]:

@@ -168,6 +168,22 @@ def test_flow_book_adds_the_early_frames_and_finds_the_spine_that_counted():
     assert row["age_s"] == pytest.approx(3.0) and row["spine"] == "sp2"
 
 
+@pytest.mark.parametrize("order", [("sp1", "sp2"), ("sp2", "sp1")])
+def test_a_flows_first_counts_name_the_spine_that_carried_most(order):
+    # its first packets were hashed over sp2 (300 B), then it was pinned to sp1 (5 MB): whatever the
+    # order of the spines' replies, sp1 is its path; then sp2 growing makes sp2 the path
+    plan = build_plan(FabricSpec(spines=2, leaves=2, hosts_per_leaf=2))
+    book = FlowBook(plan)
+    book.packet_in(KEY, "lf1", 74, t=1.0)
+    counts = {"sp1": 5_000_000, "sp2": 300}
+    for spine in order:
+        state = book.spine_counts(KEY, spine, counts[spine])
+    assert state.path == "sp1"
+    book.spine_counts(KEY, "sp1", 5_000_000)
+    book.spine_counts(KEY, "sp2", 400)
+    assert state.path == "sp2"
+
+
 def test_a_restarted_controller_adopts_an_entry_it_did_not_install():
     plan = build_plan(FabricSpec(spines=2, leaves=2, hosts_per_leaf=2))
     book = FlowBook(plan)
