@@ -142,7 +142,7 @@ def rebuild(parent: Path) -> dict[str, Any]:
 
 def run(args: argparse.Namespace, say: Callable[[str], None]) -> int:
     """The sweep: checks, every (policy, seed) run, the analysis, ecmp.json and the table."""
-    from incastlab.cli import SCENARIO_DIR, require_root
+    from incastlab.cliflags import SCENARIO_DIR, require_root
     from runmodel.folder import RunFolder
 
     if args.rebuild:
@@ -187,7 +187,7 @@ def run(args: argparse.Namespace, say: Callable[[str], None]) -> int:
 
 def add_ecmp_parser(sub: Any) -> None:
     """The `ecmp` subcommand's flags."""
-    from incastlab.cli import add_json_flag, add_results_flags, say
+    from incastlab.cliflags import add_json_flag, add_results_flags, say
 
     p = sub.add_parser(
         "ecmp",

@@ -284,7 +284,7 @@ def paths_table(probe: ProbeSpec, probes: list[Probe]) -> Any:
 def cmd_paths(args: argparse.Namespace) -> int:
     """The `paths` subcommand: checks, a fabric of its own (hosts as namespaces unless --runtime
     says otherwise), the probes, the table."""
-    from incastlab.cli import fabric_and_controller, require_root, say
+    from incastlab.cliflags import fabric_and_controller, require_root, say
     from incastlab.session import fabric_session
     from runmodel.fabric import build_plan
 
@@ -305,7 +305,7 @@ def cmd_paths(args: argparse.Namespace) -> int:
 
 def add_paths_parser(sub: Any) -> None:
     """The `paths` subcommand's flags: SRC DST, the probes', the fabric's and the controller's."""
-    from incastlab.cli import add_json_flag, add_param_flags
+    from incastlab.cliflags import add_json_flag, add_param_flags
     from runmodel.config import ControllerOptions
 
     p = sub.add_parser(
