@@ -201,7 +201,8 @@ def test_every_line_option_is_a_setting_of_the_same_type() -> None:
             StrategySpec.parse,
             "ps:turbo=1",
             "strategies: 'ps:turbo=1': unknown option 'turbo' "
-            "(options: shards, placement, rto_min_ms, cc, pull, stages, micro, schedule, size, experts, dp, pp; ",
+            "(options: shards, placement, rto_min_ms, cc, pull, stages, micro, schedule, size, experts, "
+            "dp, pp; ",
         ),
         (
             StrategySpec.parse,
