@@ -3,8 +3,9 @@
 One short ring run of 5 workers on the default fabric (4 leaves x 2 hosts, PS h1). Spread deals the
 ranks round-robin over the leaves: by hand h2 (lf1), h3 (lf2), h5 (lf3), h7 (lf4), then h4 (lf2),
 where packed would take h2, h3, h4, h5, h6 (and a name-sorted list h2, h3, h4, h5, h7). The
-oracle is the captures: in each host's own capture, the ring's payload (2 (N-1)/N of the gradient per step, to the right neighbour) must go from that host's
-address (plan.json) to the address of the host placed at rank r + 1, and nowhere else.
+oracle is the captures: in each host's own capture, the ring's payload (2 (N-1)/N of the
+gradient per step, to the right neighbour) must go from that host's address (plan.json) to the
+address of the host placed at rank r + 1, and nowhere else.
 """
 
 from __future__ import annotations
