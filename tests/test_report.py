@@ -544,6 +544,36 @@ def test_faults_events_and_gaps(run_copy: Path) -> None:
     assert "link-down lf1-eth1 down at 0.50 s" in line
 
 
+def test_routing_decisions_table(run_copy: Path) -> None:
+    """A pinning policy's decisions (controller events flow_pinned / flow_moved, as the controller
+    writes them) appear one row each, with the time since the first step, the path and the reason;
+    a run without them (ecmp) has no such section."""
+    assert "Routing decisions" not in build_report(copy_run(run_copy.parent / "plain"))["sections"]
+    edit_json(
+        run_copy / "config.json",
+        controller={**json.loads((run_copy / "config.json").read_text())["controller"], "routing": "hedera"},
+    )
+    ring = run_copy / "ring"
+    t0 = t0_of(run_copy, "ring")
+    end = max(r["t_end"] for r in steps_of(run_copy, "ring"))
+    assert end - t0 > 0.5, "the two decisions must fall inside the ring's training"
+    flow = "tcp 10.0.0.2:40112>10.0.0.5:29500"
+    rows = jsonl(ring / "timeseries.jsonl") + [
+        {"t": t0 + 0.25, "kind": "event", "event": "flow_pinned", "flow": flow, "old_path": None,
+         "new_path": "sp1", "why": "least-loaded uplink (0 B/s)"},
+        {"t": t0 + 0.5, "kind": "event", "event": "flow_moved", "flow": flow, "old_path": "sp1",
+         "new_path": "sp2", "why": "demand 9.5 Mbit/s collides on sp1"},
+    ]  # fmt: skip
+    rows.sort(key=lambda r: r["t"])
+    (ring / "timeseries.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    res = build_report(run_copy)
+    assert "Routing decisions" in res["sections"]
+    md = (run_copy / "report.md").read_text()
+    assert f"| ring | 0.25 | flow_pinned | {flow} | - -> sp1 | least-loaded uplink (0 B/s) |" in md
+    assert f"| ring | 0.50 | flow_moved | {flow} | sp1 -> sp2 | demand 9.5 Mbit/s collides on sp1 |" in md
+    assert "The routing policy 'hedera' placed these flows" in md
+
+
 # -- incomplete, damaged, missing ----------------------------------------------------------------------------
 def test_incomplete_run_still_reports(run_copy: Path) -> None:
     log = run_copy / "ring" / "worker-2.jsonl"

@@ -16,7 +16,7 @@ page order; a new section, or a verdict box at the top, is one more function in 
     ecmp.py        the ring's flows per uplink and their collisions (a `make ecmp` run's ecmp.json)
     queues.py      switch queues, hot ports, drops and retransmissions over time
     traffic.py     goodput, link utilisation, bytes per link
-    events.py      faults, controller events, holes in the statistics
+    events.py      faults, controller events, holes in the statistics, the routing policy's decisions
     stragglers.py  stragglers and convergence
     incast.py      the incast sweep's page (an IncastView: incast.json, timeline.json)
 
@@ -68,6 +68,7 @@ SECTIONS: list[Callable[[RunView], Section | None]] = [
     traffic.bytes_per_link,
     fidelity.fidelity,
     events.faults_and_events,
+    events.routing_decisions,
     stragglers.stragglers,
 ]
 RUN: Page[RunView] = Page(

@@ -1,6 +1,7 @@
 """Faults and controller events: every fault action (faults.jsonl), controller event (port down/up,
 reroute, switch (dis)connected) and hole in the controller's statistics, with its time since the
-strategy's first training step, as sentences for the findings and as a section of their own.
+strategy's first training step, as sentences for the findings and as a section of their own; and the
+routing policy's decisions (a flow pinned to a spine or moved off one, with why) as a table.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from report import series as S
 from report.doc import Bullets, Column, Paragraph, Row, Section, Table
 from report.run import RunView
 from report.sections.common import all_gaps, all_marks
+from runmodel.records import ControllerEvent
 
 
 def fault_sentences(run: RunView) -> list[str]:
@@ -87,4 +89,65 @@ def faults_and_events(run: RunView) -> Section | None:
                 rows,
             )
         )
+    return sec
+
+
+ROUTING_EVENTS = ("flow_pinned", "flow_moved")  # a policy's decisions (controller/policy.py)
+MAX_DECISIONS = 40  # rows per strategy; the rest are in its timeseries.jsonl and controller.jsonl
+
+
+def _decision(e: ControllerEvent) -> list[str]:
+    d = e.detail
+    return [
+        str(d.get("flow", "?")),
+        f"{d.get('old_path') or '-'} -> {d.get('new_path') or '-'}",
+        str(d.get("why", "")),
+    ]
+
+
+def routing_decisions(run: RunView) -> Section | None:
+    """Every flow the routing policy placed or moved during a strategy: when, which, from where to
+    where and why (the controller's own words); none under ecmp, which decides nothing."""
+    rows: list[Row] = []
+    more: list[str] = []
+    for s in run.timed:
+        t0, window = s.t0, s.window
+        found = [
+            e
+            for e in s.controller.events
+            if e.event in ROUTING_EVENTS and t0 is not None and (not window or window[0] <= e.t <= window[1])
+        ]
+        rows += [Row(s.name, [f"{e.t - t0:.2f}", e.event, *_decision(e)]) for e in found[:MAX_DECISIONS]]
+        if len(found) > MAX_DECISIONS:
+            more.append(f"{s.name}: {len(found) - MAX_DECISIONS} more decisions in {s.name}/timeseries.jsonl")
+    if not rows:
+        return None
+    policy = run.config.controller.routing
+    sec = Section(
+        "Routing decisions",
+        [
+            Paragraph(
+                f"The routing policy {policy!r} placed these flows: pinned at their first packet or "
+                "moved from one spine to another, with the controller's reason. Times are seconds since "
+                "the strategy's first training step.",
+                note=True,
+            )
+        ],
+    )
+    sec.add(
+        Table(
+            "Flows placed by the controller",
+            "strategy",
+            [
+                Column("t (s)"),
+                Column("decision", numeric=False),
+                Column("flow", numeric=False),
+                Column("path", numeric=False),
+                Column("why", numeric=False),
+            ],
+            rows,
+        )
+    )
+    if more:
+        sec.add(Bullets(more))
     return sec
