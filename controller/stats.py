@@ -3,7 +3,9 @@
 The controller feeds raw OpenFlow counters in; this store turns them into samples a person can
 read (switch `lf1`, port 3, interface `lf1-eth3`, peer `h1`, bits per second, drops per second),
 keeps them in a bounded series for the API, and appends each to a JSON-lines record file so a run
-keeps its statistics even when the controller dies.
+keeps its statistics even when the controller dies. A controller started again on the same record
+(the fault `controller-restart`) serves the events it finds there, so the API and the dashboard keep
+the run's history of decisions across the restart.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from runmodel.fabric import Plan
-from runmodel.records import dumps
+from runmodel.records import dumps, read_jsonl
 
 PORT_FIELDS = (
     "tx_bytes",
@@ -51,6 +53,8 @@ class StatsStore:
         self.queues: dict[tuple[str, int, int], dict[str, Any]] = {}
         self.series: deque[dict[str, Any]] = deque(maxlen=max_samples)
         self.events: deque[dict[str, Any]] = deque(maxlen=10_000)
+        if record is not None:  # an earlier controller's events of this run (a restart)
+            self.events.extend(r for r in read_jsonl(record) if r.get("kind") == "event")
         self._record: TextIO | None = open(record, "a", buffering=1) if record else None  # noqa: SIM115
 
     def now(self) -> float:

@@ -36,6 +36,23 @@ def test_rates_and_drops_per_second_from_counter_deltas(tmp_path):
     assert [x["kind"] for x in lines] == ["port", "port", "queue", "queue"]
 
 
+def test_a_restarted_controller_serves_the_events_its_record_holds(tmp_path):
+    """A controller started again on the run's record (fault controller-restart) serves the decisions
+    the first one made, then its own, in order; the record keeps each once."""
+    rec = tmp_path / "controller.jsonl"
+    first = StatsStore(PLAN, record=rec, clock=Clock())
+    first.add_event("flow_pinned", flow="tcp a>b", old_path=None, new_path="sp1", why="least-loaded")
+    first.add_port(LF1, 3, {"tx_bytes": 0}, duration=1.0)
+    first.close()
+    second = StatsStore(PLAN, record=rec, clock=Clock())
+    second.add_event("switch_connected", switch="lf1")
+    assert [e["event"] for e in second.events] == ["flow_pinned", "switch_connected"]
+    assert second.events[0]["new_path"] == "sp1" and not second.series, "samples are not replayed"
+    second.close()
+    kinds = [json.loads(x).get("event", x and json.loads(x)["kind"]) for x in rec.read_text().splitlines()]
+    assert kinds == ["flow_pinned", "port", "switch_connected"]
+
+
 def test_unknown_ports_are_ignored():
     store = StatsStore(PLAN)
     assert store.add_port(LF1, 0xFFFFFFFE, {"tx_bytes": 1}, 1.0) is None  # OFPP_LOCAL
