@@ -230,6 +230,21 @@ def compare_in_fresh_folder(
     return results / "latest"
 
 
+# One run of the data-parallel splits beside the ring, shared by the fsdp, moe and traffic-matrix
+# tests: 6 workers so moe's all-to-all makes every host port an incast receiver, batch 512 so its
+# buffers and pp's activations stand well above the connections' own bytes.
+SPLITS = ("ring", "fsdp", "pp:stages=3", "moe")
+SPLITS_STEPS, SPLITS_WORKERS, SPLITS_BATCH = 4, 6, 512
+
+
+@pytest.fixture(scope="session")
+def splits_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The splits' compare run (every host captured): its run folder."""
+    args = ["--strategies", ",".join(SPLITS), "--steps", str(SPLITS_STEPS), "--workers",
+            str(SPLITS_WORKERS), "--batch", str(SPLITS_BATCH), "--capture", "all"]  # fmt: skip
+    return compare_in_fresh_folder(tmp_path_factory, "splits", args, timeout=600)
+
+
 @pytest.fixture(scope="session")
 def compare_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess.CompletedProcess[str]]:
     """One short default compare run (7 workers, default fabric, every capture), shared by the tests

@@ -1,4 +1,4 @@
-"""fsdp and the ring on a real fabric: one short compare run of both, 3 workers, every capture.
+"""fsdp and the ring on a real fabric: the splits run (tests.conftest.splits_run), 6 workers.
 
 fsdp trains the ring's model on the ring's data, so its final losses are the ring's; each host
 pair's payload bytes in the captures are the strategy's traffic_theory x steps. Counted as
@@ -16,22 +16,15 @@ import pytest
 from runmodel.folder import RunFolder
 from runmodel.job import JobSpec
 from runmodel.records import read_jsonl
-from tests.conftest import compare_in_fresh_folder
+from tests.conftest import SPLITS_STEPS, SPLITS_WORKERS
 from tests.test_pp_integration import pair_bytes
 from workloads.collectives import traffic_theory as ring_theory
 from workloads.fsdp import traffic_theory as fsdp_theory
 
 pytestmark = pytest.mark.integration
 
-STEPS, WORKERS = 4, 3
+STEPS, WORKERS = SPLITS_STEPS, SPLITS_WORKERS
 THEORY = {"ring": ring_theory, "fsdp": fsdp_theory}
-
-
-@pytest.fixture(scope="module")
-def fsdp_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    args = ["--strategies", "ring,fsdp", "--steps", str(STEPS), "--workers", str(WORKERS),
-        "--capture", "all"]  # fmt: skip
-    return compare_in_fresh_folder(tmp_path_factory, "fsdp", args, timeout=300)
 
 
 def _steps(run: Path, name: str) -> list[list[dict]]:
@@ -41,10 +34,10 @@ def _steps(run: Path, name: str) -> list[list[dict]]:
     ]
 
 
-def test_fsdp_ends_at_the_rings_loss(fsdp_run: Path) -> None:
+def test_fsdp_ends_at_the_rings_loss(splits_run: Path) -> None:
     """Every rank's losses, step by step, are the ring's within relative 1e-5 (the same seed and
     batches; the sums across ranks run in another order), the first to the bit."""
-    ring, fsdp = _steps(fsdp_run, "ring"), _steps(fsdp_run, "fsdp")
+    ring, fsdp = _steps(splits_run, "ring"), _steps(splits_run, "fsdp")
     for r in range(WORKERS):
         a, b = [d["loss"] for d in ring[r]], [d["loss"] for d in fsdp[r]]
         print(f"rank {r}: ring {a}\n        fsdp {b}")
@@ -53,15 +46,15 @@ def test_fsdp_ends_at_the_rings_loss(fsdp_run: Path) -> None:
 
 
 @pytest.mark.parametrize("name", list(THEORY))
-def test_pair_bytes_match_theory(fsdp_run: Path, name: str) -> None:
+def test_pair_bytes_match_theory(splits_run: Path, name: str) -> None:
     """Each pair the theory names carries its bytes x steps within 5 % (gloo's message headers);
     the others (the reverse direction: receive-ready notes, the handshakes, the last barrier)
     under 1 % of that. The ranks also logged exactly the theory's row and column each step."""
-    sf = RunFolder(fsdp_run).strategy(name)
+    sf = RunFolder(splits_run).strategy(name)
     job = JobSpec.load(sf.job_file)
     hosts = [r.host for r in job.ranks]
     theory = THEORY[name](job)
-    got = pair_bytes(fsdp_run, name)
+    got = pair_bytes(splits_run, name)
     print(f"{name}: theory per step {theory}; captured {dict(got)}")
     smallest = min(theory.values())
     for a in range(WORKERS):
@@ -74,16 +67,16 @@ def test_pair_bytes_match_theory(fsdp_run: Path, name: str) -> None:
                 assert abs(n - want) <= 0.05 * want, (a, b, n, want)
             else:
                 assert n < 0.01 * smallest * STEPS, (a, b, n)
-    for r, lines in enumerate(_steps(fsdp_run, name)):
+    for r, lines in enumerate(_steps(splits_run, name)):
         row = sum(v for (a, _), v in theory.items() if a == r)
         col = sum(v for (_, b), v in theory.items() if b == r)
         assert {(d["bytes_sent"], d["bytes_recv"]) for d in lines} == {(row, col)}, (name, r)
 
 
-def test_summary_matrix_within_5_percent(fsdp_run: Path) -> None:
+def test_summary_matrix_within_5_percent(splits_run: Path) -> None:
     """summary.json's traffic matrix (our pcap reader at the receivers, every connection) against
     each strategy's theory: the worst host pair the theory names within 5 % (the issue's bar)."""
-    rows = json.loads((fsdp_run / "summary.json").read_text())["strategies"]
+    rows = json.loads((splits_run / "summary.json").read_text())["strategies"]
     for name in THEORY:
         row = rows[name]
         print(f"{name}: error {row['traffic_matrix_error']}, off theory {row['traffic_matrix_off_theory']}")

@@ -1,8 +1,9 @@
 """moe on a real fabric: every host pair's payload against traffic_theory, and the receivers' incast.
 
-One compare run of `moe` on 6 workers (one expert each), 4 steps, batch 512: C = ceil(1.25 x 512
-/ 6) = 107 rows of the model's 102 floats, so every all-to-all sends 43.7 kB (30 full segments)
-from every host to each of the 5 others at once, into 20-packet switch port buffers.
+The splits run (tests.conftest.splits_run): `moe` on 6 workers (one expert each), 4 steps, batch
+512: C = ceil(1.25 x 512 / 6) = 107 rows of the model's 102 floats, so every all-to-all sends
+43.7 kB (30 full segments) from every host to each of the 5 others at once, into 20-packet switch
+port buffers.
 
 How the bytes are counted: tshark's unique TCP payload (tests/tshark.py: the union of each
 direction's sequence ranges, so a retransmission is counted once) in each sender host's own
@@ -20,19 +21,12 @@ import pytest
 
 from runmodel.folder import RunFolder
 from runmodel.job import JobSpec
-from tests.conftest import compare_in_fresh_folder
+from tests.conftest import SPLITS_BATCH, SPLITS_STEPS, SPLITS_WORKERS
 from tests.tshark import tshark_fields, tshark_unique_bytes
 
 pytestmark = pytest.mark.integration
 
-STEPS, WORKERS, BATCH = 4, 6, 512
-
-
-@pytest.fixture(scope="module")
-def moe_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    args = ["--strategies", "moe", "--steps", str(STEPS), "--workers", str(WORKERS),
-        "--batch", str(BATCH), "--capture", "all"]  # fmt: skip
-    return compare_in_fresh_folder(tmp_path_factory, "moe", args, timeout=300)
+STEPS, WORKERS, BATCH = SPLITS_STEPS, SPLITS_WORKERS, SPLITS_BATCH
 
 
 def _job(run: Path) -> JobSpec:
@@ -56,20 +50,20 @@ def _pair_bytes(run: Path, job: JobSpec) -> dict[tuple[int, int], int]:
     return out
 
 
-def test_every_pair_carries_its_theory(moe_run: Path) -> None:
+def test_every_pair_carries_its_theory(splits_run: Path) -> None:
     """Every ordered pair of workers: STEPS x traffic_theory within 5 % (a2a-only pairs and the
     ring's right-neighbour pairs alike); the run finished every step on every rank."""
     from workloads.moe import traffic_theory
 
-    job = _job(moe_run)
+    job = _job(splits_run)
     assert job.world == WORKERS and job.steps == STEPS
-    sf = RunFolder(moe_run).strategy("moe")
+    sf = RunFolder(splits_run).strategy("moe")
     for r in range(WORKERS):
         lines = [json.loads(x) for x in sf.worker_log(r).read_text().splitlines() if x.strip()]
         assert [d["step"] for d in lines if "step" in d and "event" not in d] == list(range(STEPS))
         assert lines[-1].get("event") == "done"
     theory = traffic_theory(job)
-    got = _pair_bytes(moe_run, job)
+    got = _pair_bytes(splits_run, job)
     ratio = {f"{a}->{b}": round(got[(a, b)] / (STEPS * t), 4) for (a, b), t in sorted(theory.items())}
     print(f"per pair: captured / (theory x {STEPS}): {ratio}")
     assert set(theory) == {(a, b) for a in range(WORKERS) for b in range(WORKERS) if a != b}
@@ -109,18 +103,18 @@ def _lost_towards(run: Path, job: JobSpec) -> dict[str, int]:
     return out
 
 
-def test_receivers_incast_at_host_ports(moe_run: Path) -> None:
+def test_receivers_incast_at_host_ports(splits_run: Path) -> None:
     """The all-to-all's incast is every receiver's: tc counts drops at the switch ports facing most
     worker hosts (at least 4 of the 6; each receives from 5 at once), a fifth of the run's drops or
     more there, and no port with half of them (a PS's incast puts three quarters on its one port).
     tshark agrees: each host port's drops are packets its host's capture misses of what the others
     sent it. The rest fall at spine ports towards a leaf (the same fan-in, one hop up) and at the
     leaves' uplinks where ECMP hashed too many flows onto one spine: how many varies run to run."""
-    job = _job(moe_run)
-    plan = RunFolder(moe_run).plan()
+    job = _job(splits_run)
+    plan = RunFolder(splits_run).plan()
     host_port = {r.host: f"{plan.host(r.host).leaf}-eth{plan.host(r.host).port}" for r in job.ranks}
-    drops = _tc_drops(moe_run)
-    lost = _lost_towards(moe_run, job)
+    drops = _tc_drops(splits_run)
+    lost = _lost_towards(splits_run, job)
     total = sum(drops.values())
     at_hosts = {h: drops.get(p, 0) for h, p in host_port.items()}
     spines = sum(n for p, n in drops.items() if p.startswith("sp"))
