@@ -22,7 +22,7 @@ from tests.tshark import tshark_fields, tshark_unique_bytes
 
 pytestmark = pytest.mark.integration
 
-STAGES, BATCH, STEPS, HIDDEN, COMPUTE_MS = 3, 128, 5, 144, 300
+STAGES, BATCH, STEPS, HIDDEN, COMPUTE_MS = 3, 128, 4, 144, 300
 VARIANTS = {  # name: (micro, schedule)
     "pp:stages=3:micro=1": (1, "gpipe"),
     "pp:stages=3": (4, "gpipe"),
