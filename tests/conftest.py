@@ -245,6 +245,20 @@ def splits_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return compare_in_fresh_folder(tmp_path_factory, "splits", args, timeout=600)
 
 
+# One run of the layer splits, shared by the tp and hybrid tests: tp and pp on the first 3 of 4
+# workers, the hybrid's two 2-stage pipelines on all 4.
+LAYER_SPLITS = ("tp:size=3", "pp:stages=3", "hybrid:dp=2:pp=2")
+LAYER_STEPS = 4
+
+
+@pytest.fixture(scope="session")
+def layers_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The layer splits' compare run (every host captured): its run folder."""
+    args = ["--strategies", ",".join(LAYER_SPLITS), "--steps", str(LAYER_STEPS), "--workers", "4",
+            "--capture", "all"]  # fmt: skip
+    return compare_in_fresh_folder(tmp_path_factory, "layers", args, timeout=600)
+
+
 @pytest.fixture(scope="session")
 def compare_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess.CompletedProcess[str]]:
     """One short default compare run (7 workers, default fabric, every capture), shared by the tests

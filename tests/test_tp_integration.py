@@ -1,6 +1,7 @@
-"""Tensor parallelism (tp) beside pp on a real fabric: a short compare run of both on three worker
-hosts, every packet captured. Each strategy's final loss is the unsplit model's, and the payload
-bytes host to host in the captures are its traffic_theory x steps (within 5 %).
+"""Tensor parallelism (tp) beside pp on a real fabric: both on the first three worker hosts of the
+layer splits' run (tests.conftest.layers_run), every packet captured. Each strategy's final loss
+is the unsplit model's, and the payload bytes host to host in the captures are its traffic_theory
+x steps (within 5 %).
 
 How the bytes are counted (test_pp_integration.pair_bytes): in each rank host's own capture, the
 unique TCP payload bytes (tshark's sequence ranges, so a retransmission counts once) it sent to
@@ -18,36 +19,29 @@ import pytest
 from runmodel.folder import RunFolder
 from runmodel.job import JobSpec
 from runmodel.records import read_jsonl
-from tests.conftest import compare_in_fresh_folder
+from tests.conftest import LAYER_STEPS
 from tests.test_pp_integration import pair_bytes
 from workloads.pipeline import PipeSpec, unsplit_losses
 
 pytestmark = pytest.mark.integration
 
-STEPS = 4
-VARIANTS = ("tp:size=3", "pp:stages=3")
-
-
-@pytest.fixture(scope="module")
-def tp_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    args = ["--strategies", ",".join(VARIANTS), "--steps", str(STEPS), "--workers", "3",
-        "--capture", "all"]  # fmt: skip
-    return compare_in_fresh_folder(tmp_path_factory, "tp", args, timeout=300)
+STEPS = LAYER_STEPS
+VARIANTS = ("tp:size=3", "pp:stages=3")  # of tests.conftest.layers_run
 
 
 def _job(run: Path, name: str) -> JobSpec:
     return JobSpec.load(RunFolder(run).strategy(name).job_file)
 
 
-def test_losses_are_the_unsplit_models(tp_run: Path) -> None:
+def test_losses_are_the_unsplit_models(layers_run: Path) -> None:
     """Every tp rank's and pp's last stage's losses, step by step, are pipeline.unsplit_losses for the
     run's seed, data and learning rate (relative 1e-5: the splits sum in another order), and the
     summary's final loss is the unsplit model's last."""
-    rows = json.loads((tp_run / "summary.json").read_text())["strategies"]
+    rows = json.loads((layers_run / "summary.json").read_text())["strategies"]
     for name in VARIANTS:
-        job = _job(tp_run, name)
+        job = _job(layers_run, name)
         want = unsplit_losses(PipeSpec.from_grad_mb(job.grad_mb), job.seed, job.steps, job.batch, job.lr)
-        sf = RunFolder(tp_run).strategy(name)
+        sf = RunFolder(layers_run).strategy(name)
         ranks = range(job.world) if job.strategy == "tp" else [job.world - 1]
         for r in ranks:
             got = [d["loss"] for d in read_jsonl(sf.worker_log(r)) if "step" in d and "event" not in d]
@@ -79,7 +73,7 @@ def assert_pair_bytes(run: Path, name: str, steps: int) -> None:
 
 
 @pytest.mark.parametrize("name", VARIANTS)
-def test_pair_bytes_match_theory(tp_run: Path, name: str) -> None:
+def test_pair_bytes_match_theory(layers_run: Path, name: str) -> None:
     """assert_pair_bytes: the theory's cells within 5 %, the rest (tp: a rank to its left
     neighbour, which gets 24 ring messages a step; pp: stages 0 and 2) under 2 % of a loaded one."""
-    assert_pair_bytes(tp_run, name, STEPS)
+    assert_pair_bytes(layers_run, name, STEPS)
