@@ -217,17 +217,23 @@ def clean_host():
         yield
 
 
-def compare_in_fresh_folder(
+def run_ok(args: list[str], results: Path, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    """`incastlab ARGS --results RESULTS`, which must exit 0 (the end of its stderr in the failure)."""
+    proc = run_cli([*args, "--results", str(results)], timeout=timeout)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc
+
+
+def run_in_fresh_folder(
     tmp_path_factory: pytest.TempPathFactory, label: str, args: list[str], timeout: float = 600
-) -> Path:
-    """A module fixture's one `incastlab compare` run (`args` after `compare`) on a guarded host, in
-    a fresh results folder; its table printed for the log, its run folder returned."""
+) -> tuple[Path, subprocess.CompletedProcess[str]]:
+    """A module or session fixture's one `incastlab ARGS` run on a guarded host, in a fresh results
+    folder; its output's end printed for the log; its run folder and the finished process."""
     results = tmp_path_factory.mktemp(label)
     with guarded_host(label):
-        proc = run_cli(["compare", *args, "--results", str(results)], timeout=timeout)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+        proc = run_ok(args, results, timeout)
     print(proc.stdout[-3000:])
-    return results / "latest"
+    return results / "latest", proc
 
 
 # One run of the data-parallel splits beside the ring, shared by the fsdp, moe and traffic-matrix
@@ -242,7 +248,7 @@ def splits_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The splits' compare run (every host captured): its run folder."""
     args = ["--strategies", ",".join(SPLITS), "--steps", str(SPLITS_STEPS), "--workers",
             str(SPLITS_WORKERS), "--batch", str(SPLITS_BATCH), "--capture", "all"]  # fmt: skip
-    return compare_in_fresh_folder(tmp_path_factory, "splits", args, timeout=600)
+    return run_in_fresh_folder(tmp_path_factory, "splits", ["compare", *args])[0]
 
 
 # One run of the layer splits, shared by the tp and hybrid tests: tp and pp on the first 3 of 4
@@ -256,18 +262,14 @@ def layers_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The layer splits' compare run (every host captured): its run folder."""
     args = ["--strategies", ",".join(LAYER_SPLITS), "--steps", str(LAYER_STEPS), "--workers", "4",
             "--capture", "all"]  # fmt: skip
-    return compare_in_fresh_folder(tmp_path_factory, "layers", args, timeout=600)
+    return run_in_fresh_folder(tmp_path_factory, "layers", ["compare", *args])[0]
 
 
 @pytest.fixture(scope="session")
 def compare_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess.CompletedProcess[str]]:
     """One short default compare run (7 workers, default fabric, every capture), shared by the tests
     that check its figures against tshark and the kernel's counters."""
-    results = tmp_path_factory.mktemp("results")
-    with guarded_host("compare"):
-        proc = run_cli(["compare", "--steps", "4", "--results", str(results)], timeout=900)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return results / "latest", proc
+    return run_in_fresh_folder(tmp_path_factory, "compare", ["compare", "--steps", "4"], timeout=900)
 
 
 # The plain ps:shards=2 differs from ps in K alone, so its figures show what K does; the TCP
@@ -282,25 +284,6 @@ def mitigate_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subpro
     those in front of the PS hosts and the workers: a PS port's drops then do not depend on which
     spine ECMP hashed each flow to (with 20 Mbit/s uplinks two workers of a leaf sharing one spine
     moved the drops into that uplink). Four steps: enough to tell the drops of K = 1 and K = 2 apart."""
-    results = tmp_path_factory.mktemp("mitigate")
-    with guarded_host("mitigate"):
-        proc = run_cli(
-            [
-                "compare",
-                "--strategies",
-                MITIGATE_VARIANTS,
-                "--workers",
-                "3",
-                "--steps",
-                "4",
-                "--uplink-mbit",
-                "100",
-                "--capture",
-                "all",
-                "--results",
-                str(results),
-            ],
-            timeout=900,
-        )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return results / "latest", proc
+    args = ["compare", "--strategies", MITIGATE_VARIANTS, "--workers", "3", "--steps", "4",
+            "--uplink-mbit", "100", "--capture", "all"]  # fmt: skip
+    return run_in_fresh_folder(tmp_path_factory, "mitigate", args, timeout=900)

@@ -17,7 +17,7 @@ import pytest
 
 from incastlab.cleanup import find_leftovers
 from runmodel.records import read_faults, read_jsonl
-from tests.conftest import run_cli
+from tests.conftest import run_cli, run_ok
 from tests.running import Running, assert_exit_130_soon, interrupt_at
 from tests.tshark import tshark_fields
 
@@ -171,13 +171,18 @@ def test_a_dead_uplink_carries_nothing_and_the_other_takes_its_traffic(clean_hos
     outages, flapped, steps = {"lf2-eth1": 2, "lf2-eth2": 18}, "lf3-eth2", 30
     faults = [f"link-down:{link}@step{at}" for link, at in outages.items()] + [f"flap:{flapped}@step5"]
     with LinkWatch([*outages, flapped]) as watch:
-        proc = run_cli(
-            ["compare", "--strategies", "ring", "--steps", str(steps), "--workers", "3", "--capture", "all"]
-            + [arg for f in faults for arg in ("--fault", f)]
-            + ["--results", str(tmp_path)],
-            timeout=600,
-        )
-    assert proc.returncode == 0, proc.stderr[-2000:]
+        args = [
+            "compare",
+            "--strategies",
+            "ring",
+            "--steps",
+            str(steps),
+            "--workers",
+            "3",
+            "--capture",
+            "all",
+        ]
+        run_ok(args + [arg for f in faults for arg in ("--fault", f)], tmp_path)
     run = tmp_path / "latest"
     for target in outages:
         _check_outage(run, watch, target)
@@ -196,22 +201,8 @@ def test_a_dead_uplink_carries_nothing_and_the_other_takes_its_traffic(clean_hos
 
 
 def test_controller_restart_keeps_forwarding_and_leaves_a_visible_gap(clean_host, tmp_path):
-    proc = run_cli(
-        [
-            "compare",
-            "--strategies",
-            "ps",
-            "--steps",
-            "12",
-            *SHORT,
-            "--fault",
-            "controller-restart@step2",
-            "--results",
-            str(tmp_path),
-        ],
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    fault = ["--fault", "controller-restart@step2"]
+    run_ok(["compare", "--strategies", "ps", "--steps", "12", *SHORT, *fault], tmp_path)
     run = tmp_path / "latest"
     fired = read_jsonl(run / "ps" / "faults.jsonl")
     t_kill = next(f["t"] for f in fired if f["state"] == "killed")
@@ -225,22 +216,8 @@ def test_controller_restart_keeps_forwarding_and_leaves_a_visible_gap(clean_host
 
 
 def test_async_carries_on_without_a_killed_worker_and_says_so(clean_host, tmp_path):
-    proc = run_cli(
-        [
-            "compare",
-            "--strategies",
-            "async",
-            "--steps",
-            "8",
-            *SHORT,
-            "--fault",
-            "kill-worker:1@step2",
-            "--results",
-            str(tmp_path),
-        ],
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    fault = ["--fault", "kill-worker:1@step2"]
+    proc = run_ok(["compare", "--strategies", "async", "--steps", "8", *SHORT, *fault], tmp_path)
     assert "training goes on with 2 workers" in proc.stderr
     run = tmp_path / "latest" / "async"
     fired = [(f["event"], f["target"]) for f in read_jsonl(run / "faults.jsonl")]

@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import guarded_host, run_cli
+from tests.conftest import run_cli, run_in_fresh_folder
 from tests.tshark import tshark_count, tshark_fields, tshark_unique_bytes
 
 pytestmark = pytest.mark.integration
@@ -41,18 +41,9 @@ TIMER_WAIT_S = 0.9 * 0.2
 
 @pytest.fixture(scope="module")
 def incast_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    results = tmp_path_factory.mktemp("incast")
-    with guarded_host("incast"):
-        proc = run_cli(
-            [
-                "incast",
-                *("--senders", ",".join(map(str, SENDERS)), "--rounds", str(ROUNDS)),
-                *("--lines", ",".join(LINES), "--results", str(results)),
-            ],
-            timeout=900,
-        )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return results / "latest"
+    senders = ",".join(map(str, SENDERS))
+    args = ["incast", "--senders", senders, "--rounds", str(ROUNDS), "--lines", ",".join(LINES)]
+    return run_in_fresh_folder(tmp_path_factory, "incast", args, timeout=900)[0]
 
 
 def rows(run: Path) -> dict[tuple[str, int], dict[str, Any]]:

@@ -17,7 +17,7 @@ import pytest
 
 from runmodel.folder import RunFolder
 from runmodel.records import read_jsonl
-from tests.conftest import compare_in_fresh_folder
+from tests.conftest import run_in_fresh_folder
 from tests.tshark import tshark_fields, tshark_unique_bytes
 
 pytestmark = pytest.mark.integration
@@ -35,7 +35,7 @@ VARIANTS = {  # name: (micro, schedule)
 def pp_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     args = ["--strategies", ",".join(VARIANTS), "--steps", str(STEPS), "--batch", str(BATCH),
         "--compute-ms", str(COMPUTE_MS)]  # fmt: skip
-    return compare_in_fresh_folder(tmp_path_factory, "pp", args, timeout=900)
+    return run_in_fresh_folder(tmp_path_factory, "pp", ["compare", *args], timeout=900)[0]
 
 
 def test_hidden_width_by_hand() -> None:

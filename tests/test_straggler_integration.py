@@ -7,7 +7,7 @@ import json
 import pytest
 
 from runmodel.records import read_jsonl
-from tests.conftest import guarded_host, run_cli
+from tests.conftest import run_in_fresh_folder
 
 pytestmark = pytest.mark.integration
 
@@ -15,24 +15,9 @@ pytestmark = pytest.mark.integration
 @pytest.fixture(scope="module")
 def straggler_run(tmp_path_factory):
     """The shipped straggler scenario, shortened: 3 workers, h3 (rank 1) slow, 6 steps."""
-    results = tmp_path_factory.mktemp("straggler")
-    with guarded_host("straggler"):
-        proc = run_cli(
-            [
-                "straggler",
-                "--workers",
-                "3",
-                "--steps",
-                "6",
-                "--strategies",
-                "ps,ring,allreduce,async,ssp,backup",
-                "--results",
-                str(results),
-            ],
-            timeout=1200,
-        )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    run = results / "latest"
+    strategies = "ps,ring,allreduce,async,ssp,backup"
+    args = ["straggler", "--workers", "3", "--steps", "6", "--strategies", strategies]
+    run, _ = run_in_fresh_folder(tmp_path_factory, "straggler", args, timeout=1200)
     return run, json.loads((run / "summary.json").read_text())
 
 
