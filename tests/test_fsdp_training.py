@@ -7,7 +7,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import random
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from runmodel.job import JobSpec
+from tests.procs import free_port
 from tests.test_fsdp_unit import job
 from workloads.collectives import traffic_theory as ring_theory
 from workloads.fsdp import traffic_theory as fsdp_theory
@@ -26,16 +26,10 @@ WORLD, STEPS, LR = 3, 4, 0.5
 MODULES = {"ring": "workloads.worker", "fsdp": "workloads.fsdp"}
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def run_job(spec: JobSpec, tmp: Path) -> list[list[dict]]:
     """Every rank of `spec` as the module its strategy runs; each rank's step lines."""
     ranks = tuple(dataclasses.replace(r, log=str(tmp / f"{spec.strategy}{r.rank}.jsonl")) for r in spec.ranks)
-    spec = dataclasses.replace(spec, ranks=ranks, master_port=_free_port())
+    spec = dataclasses.replace(spec, ranks=ranks, master_port=free_port())
     path = tmp / f"{spec.strategy}.json"
     spec.write(path)
     cmd = [sys.executable, "-m", MODULES[spec.strategy], "--job", str(path), "--rank"]
@@ -106,7 +100,7 @@ def test_a_lone_rank_fails_in_one_line(tmp_path: Path) -> None:
     Python traceback."""
     spec = dataclasses.replace(job("fsdp", 2, grad_mb=0.05), timeout=3)
     ranks = tuple(dataclasses.replace(r, log=str(tmp_path / f"r{r.rank}.jsonl")) for r in spec.ranks)
-    spec = dataclasses.replace(spec, ranks=ranks, master_port=_free_port())
+    spec = dataclasses.replace(spec, ranks=ranks, master_port=free_port())
     spec.write(tmp_path / "job.json")
     cmd = [sys.executable, "-m", "workloads.fsdp", "--job", str(tmp_path / "job.json"), "--rank", "1"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)

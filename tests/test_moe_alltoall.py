@@ -4,39 +4,13 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
-import socket
-from collections.abc import Callable
-from typing import Any
 
 import pytest
 import torch
 
+from tests.procs import free_port, spawn_ranks
+
 pytestmark = pytest.mark.processes
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def spawn_ranks(target: Callable[..., None], world: int, *args: Any) -> dict[int, Any]:
-    """Run target(rank, *args, queue) in `world` spawned processes; each puts (rank, result) on the
-    queue once. Their results by rank, after every process exited 0."""
-    ctx = mp.get_context("spawn")
-    out: mp.Queue = ctx.Queue()
-    procs = [ctx.Process(target=target, args=(r, *args, out)) for r in range(world)]
-    for p in procs:
-        p.start()
-    try:
-        got = dict(out.get(timeout=180) for _ in range(world))
-    finally:
-        for p in procs:
-            p.join(timeout=30)
-            if p.is_alive():
-                p.kill()
-    assert all(p.exitcode == 0 for p in procs)
-    return got
 
 
 def _rows(rank: int, world: int, width: int) -> torch.Tensor:

@@ -10,7 +10,7 @@ import os
 
 import pytest
 
-from tests.test_moe_alltoall import free_port, spawn_ranks
+from tests.procs import free_port, spawn_ranks
 from tests.test_moe_unit import moe_job
 
 pytestmark = pytest.mark.processes

@@ -5,23 +5,17 @@ from __future__ import annotations
 
 import json
 import multiprocessing as mp
-import socket
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from tests.procs import free_port
 from workloads.pipeline import PipeJob, PipeSpec, run_stage, unsplit_losses
 
 if TYPE_CHECKING:
     from runmodel.job import JobSpec
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _rank_main(run: Callable[..., None], job: Any, rank: int, master: str, path: str) -> None:
@@ -35,7 +29,7 @@ def _rank_main(run: Callable[..., None], job: Any, rank: int, master: str, path:
 def run_ranks(run: Callable[..., None], job: Any, world: int, tmp: Path) -> list[list[dict]]:
     """`run(job, rank, master, write)` (a module-level function: spawned) in a process per rank on
     loopback; each rank's step lines."""
-    master = f"127.0.0.1:{_free_port()}"
+    master = f"127.0.0.1:{free_port()}"
     ctx = mp.get_context("spawn")
     paths = [tmp / f"rank{r}.jsonl" for r in range(world)]
     procs = [ctx.Process(target=_rank_main, args=(run, job, r, master, str(p))) for r, p in enumerate(paths)]

@@ -17,6 +17,7 @@ import torch
 
 from runmodel.job import JobSpec, RankJob, ShardJob
 from runmodel.records import read_jsonl
+from tests.procs import free_port
 from tests.waiting import wait_for
 from workloads.model import ModelSpec, init_weights, loss_and_grad, make_batch, shard_bounds
 from workloads.psproto import HEADER, Header, Kind, recv_f32, recv_header, send_msg
@@ -45,12 +46,6 @@ STEP_KEYS = {
 }
 PS_FAMILY = ("ps", "async", "ssp", "backup")
 GUARD_S = 180  # only a hang guard; nothing asserts on durations
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def spawn(args: list[str]) -> subprocess.Popen[str]:

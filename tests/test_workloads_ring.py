@@ -4,43 +4,18 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
-import socket
-from collections.abc import Callable
 
 import pytest
 import torch
 
+from tests.procs import free_port, spawn_ranks
+
 pytestmark = pytest.mark.processes
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _run_ranks(target: Callable[..., None], world: int, args: Callable[[int, int, mp.Queue], tuple]) -> dict:
-    """`target(*args(rank, port, queue))` in a spawned process per rank, gloo meeting at a free
-    loopback port; {rank: what the rank put on the queue as (rank, result)}, every exit checked."""
+def _print_seeds(world: int) -> None:
+    """Name the ranks' tensor seeds in the log (fixed, so a failure can be run again)."""
     print(f"tensor seeds: {[100 + r for r in range(world)]} (rank r: torch seed 100 + r)")
-    ctx = mp.get_context("spawn")
-    out: mp.Queue = ctx.Queue()
-    port = _free_port()
-    procs = [ctx.Process(target=target, args=args(r, port, out)) for r in range(world)]
-    for p in procs:
-        p.start()
-    results = {}
-    try:
-        for _ in range(world):
-            rank, result = out.get(timeout=120)
-            results[rank] = result
-    finally:
-        for p in procs:
-            p.join(timeout=30)
-            if p.is_alive():
-                p.kill()
-    assert all(p.exitcode == 0 for p in procs)
-    return results
 
 
 def _rank_tensor(rank: int, length: int) -> torch.Tensor:
@@ -52,9 +27,9 @@ def _ring_child(
     world: int,
     port: int,
     length: int,
+    segment_bytes: int,
+    window: int,
     out: mp.Queue,
-    segment_bytes: int = 256 * 1024,
-    window: int = 4,
 ) -> None:
     os.environ["GLOO_SOCKET_IFNAME"] = "lo"
     import torch.distributed as dist
@@ -99,10 +74,10 @@ def test_ring_allreduce_sums_exactly_like_local_sum(
     world: int, length: int, segment_bytes: int, window: int
 ) -> None:
     assert length % world  # the point: chunks of unequal size (and an empty one for length 3)
+    _print_seeds(world)
+    got = spawn_ranks(_ring_child, world, world, free_port(), length, segment_bytes, window)
     results = {}
-    for rank, (raw, sent, recv, same_as_unpipelined, segments) in _run_ranks(
-        _ring_child, world, lambda r, port, out: (r, world, port, length, out, segment_bytes, window)
-    ).items():
+    for rank, (raw, sent, recv, same_as_unpipelined, segments) in got.items():
         results[rank] = (torch.frombuffer(bytearray(raw), dtype=torch.float32), sent, recv)
         assert same_as_unpipelined, f"rank {rank}: the pipelined sum differs from the unpipelined one"
         chunk_bytes = -(-length // world) * 4
@@ -158,9 +133,8 @@ def test_reduce_scatter_and_all_gather(
     from workloads.ring import chunk_sizes
 
     assert chunk_sizes(length, world) == chunks
-    results = _run_ranks(
-        _halves_child, world, lambda r, port, out: (r, world, port, length, segment_bytes, out)
-    )
+    _print_seeds(world)
+    results = spawn_ranks(_halves_child, world, world, free_port(), length, segment_bytes)
     expected = torch.tensor_split(sum(_rank_tensor(r, length) for r in range(world)), world)
     own = [_rank_tensor(r, length)[: chunks[r]] for r in range(world)]
     for rank, (mine, gathered, rs, ag) in results.items():
