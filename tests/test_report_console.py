@@ -40,6 +40,20 @@ def split(table: str) -> tuple[list[str], list[str], list[list[str]], list[str]]
     return lines[0].split("  "), lines[1].split(), [[c.strip() for c in r] for r in cells], foot
 
 
+def json_beside_text(table: Table, text: str) -> tuple[dict[str, Any], list[str], list[str]]:
+    """`table`'s --json document (run "results/x"), held to the printed `text` of the same table:
+    strict JSON (a NaN or an infinity fails), the table schema, one column per header cell with
+    the units row's units. The document, its column keys and the text's footer lines."""
+    out = json.loads(
+        table.render_json(run="results/x"), parse_constant=lambda c: pytest.fail(f"not strict JSON: {c}")
+    )
+    assert out["schema"] == TABLE_SCHEMA and out["run"] == "results/x"
+    head, units, _, foot = split(text)
+    assert [c["title"] for c in out["columns"]] == [h.strip() for h in head if h.strip()]
+    assert " ".join(c["unit"] for c in out["columns"] if c["unit"]) == " ".join(units)
+    return out, [c["key"] for c in out["columns"]], foot
+
+
 def test_writer_header_units_rows_aligned_and_footer() -> None:
     rows = [{"name": "a", "t": 1.5, "n": 3}, {"name": "a-much-longer-name", "t": None, "n": 12345678}]
     cols = [
@@ -105,14 +119,9 @@ def test_compare_table_is_summary_json() -> None:
 def test_compare_json_is_summary_json() -> None:
     # the same Table as JSON: one object per strategy, each value the summary's own, unformatted
     doc = json.loads((DATA / "run-small" / "summary.json").read_text())
-    text = comparison(RunSummary.from_dict(doc)).render_json(run="results/x")
-    out = json.loads(text, parse_constant=lambda c: pytest.fail(f"not strict JSON: {c}"))
-    assert out["schema"] == TABLE_SCHEMA and out["run"] == "results/x"
-    keys = [c["key"] for c in out["columns"]]
+    summary = RunSummary.from_dict(doc)
+    out, keys, foot = json_beside_text(comparison(summary), comparison_table(summary))
     assert keys[0] == "strategy" and set(keys[1:]) <= set(next(iter(doc["strategies"].values())))
-    head, units, _, foot = split(comparison_table(RunSummary.from_dict(doc)))
-    assert [c["title"] for c in out["columns"]] == [h.strip() for h in head if h.strip()]
-    assert " ".join(c["unit"] for c in out["columns"] if c["unit"]) == " ".join(units)
     assert [r["strategy"] for r in out["rows"]] == list(doc["strategies"])
     for row in out["rows"]:
         s = doc["strategies"][row["strategy"]]
@@ -160,14 +169,9 @@ def test_incast_table_is_incast_json() -> None:
 def test_incast_json_is_incast_json() -> None:
     # incast --json: one object per point, each value incast.json's own row field, unformatted
     doc = json.loads((DATA / "incast-small" / "incast.json").read_text())
-    text = incast(IncastResult.from_dict(doc)).render_json(run="results/x")
-    out = json.loads(text, parse_constant=lambda c: pytest.fail(f"not strict JSON: {c}"))
-    assert out["schema"] == TABLE_SCHEMA and out["run"] == "results/x"
-    keys = [c["key"] for c in out["columns"]]
+    result = IncastResult.from_dict(doc)
+    out, keys, foot = json_beside_text(incast(result), incast_table(result))
     assert "verdict" in keys and set(keys) - {"verdict"} <= set(doc["rows"][0])
-    head, units, _, foot = split(incast_table(IncastResult.from_dict(doc)))
-    assert [c["title"] for c in out["columns"]] == [h.strip() for h in head if h.strip()]
-    assert " ".join(c["unit"] for c in out["columns"] if c["unit"]) == " ".join(units)
     assert len(out["rows"]) == len(doc["rows"])
     for row, r in zip(out["rows"], doc["rows"], strict=True):
         assert {k: row[k] for k in keys if k != "verdict"} == {k: r[k] for k in keys if k != "verdict"}
