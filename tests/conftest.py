@@ -145,6 +145,19 @@ def run_cli(args: list[str], timeout: float = 300, **kw) -> subprocess.Completed
     )
 
 
+def config_refusal(**config: Any) -> str:
+    """The message with which `ExperimentConfig(**config).validate()` refuses the configuration,
+    checked to be one line (a refusal is said before any fabric is built, in one line)."""
+    from runmodel.config import ExperimentConfig
+    from runmodel.params import ParamError
+
+    with pytest.raises(ParamError) as err:
+        ExperimentConfig(**config).validate()
+    msg = str(err.value)
+    assert "\n" not in msg, msg
+    return msg
+
+
 # -- the host guard -------------------------------------------------------------------------------
 _GUARDS = itertools.count(1)
 
