@@ -17,7 +17,7 @@ import pytest
 from runmodel.folder import RunFolder
 from runmodel.job import JobSpec
 from tests.conftest import SPLITS, SPLITS_BATCH, SPLITS_STEPS, SPLITS_WORKERS
-from tests.tshark import tshark_unique_bytes
+from tests.tshark import tshark_host_matrix
 
 pytestmark = pytest.mark.integration
 
@@ -32,16 +32,7 @@ def tshark_matrix(run: Path, name: str) -> dict[str, int]:
     job = JobSpec.load(sf.job_file)
     plan = RunFolder(run).plan()
     hosts = [r.host for r in job.ranks]
-    ip = {h: plan.host(h).ip for h in hosts}
-    out = {}
-    for b in hosts:
-        seen = tshark_unique_bytes(sf.pcap(b))
-        for a in hosts:
-            if a != b:
-                out[f"{a}->{b}"] = sum(
-                    n for (_, src, _, dst), n in seen.items() if (src, dst) == (ip[a], ip[b])
-                )
-    return out
+    return tshark_host_matrix({h: sf.pcap(h) for h in hosts}, {h: plan.host(h).ip for h in hosts})
 
 
 def test_matrix_errors_are_tsharks(splits_run: Path) -> None:

@@ -19,7 +19,7 @@ from analysis.summary import summarize
 from report.run import RunView
 from report.sections import SECTIONS
 from report.sections.parallel import INCAST_FAN_IN, parallel, section, strategy_sentence
-from tests.tshark import tshark_unique_bytes
+from tests.tshark import tshark_host_matrix
 
 FIXTURE = Path(__file__).resolve().parent / "data" / "run-small"
 RING_HOSTS = ["h2", "h3", "h4"]  # ranks 0, 1, 2 (job.json)
@@ -49,15 +49,7 @@ def ring_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 def tshark_matrix(run: Path) -> dict[str, int]:
     """Unique payload bytes host to host among the ring's hosts, from each receiver's capture."""
-    out = {}
-    for b in RING_HOSTS:
-        seen = tshark_unique_bytes(run / "ring" / "pcap" / f"{b}.pcap")
-        for a in RING_HOSTS:
-            if a != b:
-                out[f"{a}->{b}"] = sum(
-                    n for (_, src, _, dst), n in seen.items() if (src, dst) == (IP[a], IP[b])
-                )
-    return out
+    return tshark_host_matrix({h: run / "ring" / "pcap" / f"{h}.pcap" for h in RING_HOSTS}, IP)
 
 
 def test_matrix_against_theory_and_tshark(ring_run: Path) -> None:

@@ -18,7 +18,7 @@ import pytest
 from runmodel.folder import RunFolder
 from runmodel.records import read_jsonl
 from tests.conftest import run_in_fresh_folder
-from tests.tshark import tshark_fields, tshark_unique_bytes
+from tests.tshark import tshark_fields, tshark_host_matrix, tshark_unique_bytes
 
 pytestmark = pytest.mark.integration
 
@@ -148,17 +148,13 @@ def test_traffic_matrix(pp_run: Path) -> None:
     for name in VARIANTS:
         sf = RunFolder(pp_run).strategy(name)
         hosts = [r["host"] for r in json.loads(sf.job_file.read_text())["ranks"]]
-        ip = {h: plan.host(h).ip for h in hosts}
         matrix = rows[name]["traffic_matrix_pcap"]
-        for b in hosts:
-            seen = tshark_unique_bytes(sf.pcap(b))
-            for a in hosts:
-                if a == b:
-                    continue
-                want = sum(n for (_, src, _, dst), n in seen.items() if (src, dst) == (ip[a], ip[b]))
-                got = matrix.get(f"{a}->{b}", 0)
-                assert abs(got - want) <= max(0.01 * want, 64), (name, a, b, got, want)
-                if abs(hosts.index(a) - hosts.index(b)) == 1:
-                    per_step = got / STEPS
-                    assert abs(per_step - BATCH * HIDDEN * 4) <= 0.05 * BATCH * HIDDEN * 4, (name, a, b)
+        seen = tshark_host_matrix({h: sf.pcap(h) for h in hosts}, {h: plan.host(h).ip for h in hosts})
+        for pair, want in seen.items():
+            a, b = pair.split("->")
+            got = matrix.get(pair, 0)
+            assert abs(got - want) <= max(0.01 * want, 64), (name, a, b, got, want)
+            if abs(hosts.index(a) - hosts.index(b)) == 1:
+                per_step = got / STEPS
+                assert abs(per_step - BATCH * HIDDEN * 4) <= 0.05 * BATCH * HIDDEN * 4, (name, a, b)
         print(f"{name}: traffic matrix {matrix}")

@@ -70,3 +70,17 @@ def tshark_unique_bytes(path: Path) -> dict[tuple[str, str, str, str], int]:
 def tshark_delivered_bytes(path: Path, dst_ip: str) -> int:
     """Unique payload bytes the capture shows going to dst_ip, over every connection."""
     return sum(n for (_st, _src, _sp, dst), n in tshark_unique_bytes(path).items() if dst == dst_ip)
+
+
+def tshark_host_matrix(pcaps: dict[str, Path], ips: dict[str, str]) -> dict[str, int]:
+    """{"a->b": unique payload bytes from host a to host b} for every ordered pair of the hosts in
+    `ips` (host -> address), each counted in the receiver b's own capture (`pcaps[b]`)."""
+    out = {}
+    for b in ips:
+        seen = tshark_unique_bytes(pcaps[b])
+        for a in ips:
+            if a != b:
+                out[f"{a}->{b}"] = sum(
+                    n for (_, src, _, dst), n in seen.items() if (src, dst) == (ips[a], ips[b])
+                )
+    return out
