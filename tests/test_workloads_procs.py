@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import signal
 import socket
@@ -15,7 +16,9 @@ import numpy as np
 import pytest
 import torch
 
-from runmodel.job import JobSpec, RankJob, ShardJob
+from runmodel.config import ExperimentConfig
+from runmodel.folder import RunFolder
+from runmodel.job import JobSpec, job_for
 from runmodel.records import read_jsonl
 from tests.procs import free_port
 from tests.waiting import wait_for
@@ -46,6 +49,8 @@ STEP_KEYS = {
 }
 PS_FAMILY = ("ps", "async", "ssp", "backup")
 GUARD_S = 180  # only a hang guard; nothing asserts on durations
+# Job's figures that are ExperimentConfig fields of the same name (the job is the config's job_for)
+CONFIG_FIGURES = ("steps", "grad_mb", "batch", "lr", "compute_ms", "staleness", "backup")
 
 
 def spawn(args: list[str]) -> subprocess.Popen[str]:
@@ -92,47 +97,40 @@ class Job:
     def ps(self) -> subprocess.Popen[str] | None:
         return self.servers[0] if self.servers else None
 
+    @property
+    def variant(self) -> str:
+        """The strategy's name with this job's options, as --strategies would take it."""
+        opts = [f"shards={self.shards}"] * (self.shards > 1) + [f"pull={self.pull}"] * (self.pull != "all")
+        return ":".join([self.strategy, *opts])
+
     def spec(self, ports: list[int], timeout: float) -> JobSpec:
-        ranks = tuple(
-            RankJob(
-                r,
-                f"h{r + 2}",
-                "lo",
-                slow_every=self.slow.get(r, (0, 1.0))[0],
-                slow_factor=self.slow.get(r, (0, 1.0))[1],
-                log=str(self.worker_log(r)),
-            )
-            for r in range(WORLD)
+        """The job the runner would hand out for these figures (the config's own job_for), moved
+        onto loopback: ranks on lo with their logs in `folder` and the test's slow ranks, the PS
+        shards at 127.0.0.1 on `ports` (ports[0] also gloo's meeting point)."""
+        figures = {name: getattr(self, name) for name in CONFIG_FIGURES}
+        cfg = ExperimentConfig(
+            strategies=(self.variant,), workers=WORLD, seed=SEED, timeout=timeout, **figures
         )
-        return JobSpec(
-            strategy=self.strategy,
-            world=WORLD,
-            steps=self.steps,
-            grad_mb=self.grad_mb,
-            batch=self.batch,
-            lr=self.lr,
-            seed=SEED,
-            timeout=timeout,
-            compute_ms=self.compute_ms,
-            staleness=self.staleness,
-            backup=self.backup,
+        cfg.validate()
+        strategy = cfg.strategy_specs[0]
+        job = job_for(cfg, cfg.plan(), strategy, 0, RunFolder(self.folder).strategy(strategy.name))
+        ranks = []
+        for r in job.ranks:
+            every, factor = self.slow.get(r.rank, (0, 1.0))
+            log = str(self.worker_log(r.rank))
+            ranks.append(dataclasses.replace(r, ifname="lo", slow_every=every, slow_factor=factor, log=log))
+        logs = [self.ps_log] + [self.folder / f"ps-{k}.jsonl" for k in range(1, len(job.shards))]
+        shards = tuple(
+            dataclasses.replace(sh, addr="127.0.0.1", port=ports[k], log=str(logs[k]))
+            for k, sh in enumerate(job.shards)
+        )
+        return dataclasses.replace(
+            job,
             master_addr="127.0.0.1",
             master_port=ports[0],
-            ranks=ranks,
             ps_bind="127.0.0.1",
-            shards=tuple(
-                ShardJob(
-                    k,
-                    "h1",
-                    "127.0.0.1",
-                    ports[k],
-                    str(self.ps_log if k == 0 else self.folder / f"ps-{k}.jsonl"),
-                )
-                for k in range(self.shards)
-            )
-            if self.strategy in PS_FAMILY
-            else (),
-            pull=self.pull,
+            ranks=tuple(ranks),
+            shards=shards,
         )
 
     def start(self) -> Job:
