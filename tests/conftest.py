@@ -145,6 +145,14 @@ def run_cli(args: list[str], timeout: float = 300, **kw) -> subprocess.Completed
     )
 
 
+def one_line(stderr: str) -> str:
+    """The one non-blank line of a refusal on stderr (asserted: one line, no traceback)."""
+    lines = [ln for ln in stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1, f"expected one line on stderr, got:\n{stderr}"
+    assert "Traceback" not in stderr
+    return lines[0]
+
+
 def config_refusal(**config: Any) -> str:
     """The message with which `ExperimentConfig(**config).validate()` refuses the configuration,
     checked to be one line (a refusal is said before any fabric is built, in one line)."""

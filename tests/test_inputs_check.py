@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, incastlab_cmd, require, run_cli
+from tests.conftest import ROOT, incastlab_cmd, one_line, require, run_cli
 from tests.running import Running
 
 DATA = ROOT / "tests" / "data"
@@ -65,13 +65,6 @@ def run_as(prefix: list[str], args: list[str], cwd: Path) -> subprocess.Complete
     return subprocess.run(
         prefix + incastlab_cmd() + args, capture_output=True, text=True, timeout=120, cwd=cwd
     )
-
-
-def one_line(stderr: str) -> str:
-    lines = [ln for ln in stderr.splitlines() if ln.strip()]
-    assert len(lines) == 1, f"expected one line on stderr, got:\n{stderr}"
-    assert "Traceback" not in stderr
-    return lines[0]
 
 
 @pytest.mark.parametrize(("doc", "start"), BAD_SCENARIOS, ids=[s for _d, s in BAD_SCENARIOS])

@@ -20,6 +20,7 @@ from runmodel.config import ExperimentConfig
 from runmodel.folder import RunFolder
 from runmodel.job import JobSpec, job_for
 from runmodel.records import read_jsonl
+from tests.conftest import one_line
 from tests.procs import free_port
 from tests.waiting import wait_for
 from workloads.model import ModelSpec, init_weights, loss_and_grad, make_batch, shard_bounds
@@ -346,13 +347,6 @@ def _wait_for_lines(path: Path, n: int, procs: list[subprocess.Popen[str]]) -> N
     wait_for(logged, GUARD_S, f"{path} to reach {n} lines")
 
 
-def _one_line(err: str) -> str:
-    lines = [ln for ln in err.splitlines() if ln.strip()]
-    assert len(lines) == 1, f"expected one stderr line, got {err!r}"
-    assert "Traceback" not in err
-    return lines[0]
-
-
 @pytest.mark.parametrize("strategy", ["ps", "ring", "ssp", "backup"])
 def test_killed_worker_makes_the_others_fail_with_one_line(tmp_path: Path, strategy: str) -> None:
     job = Job(strategy, tmp_path, steps=10**6, timeout=10).start()
@@ -366,12 +360,12 @@ def test_killed_worker_makes_the_others_fail_with_one_line(tmp_path: Path, strat
     if job.ps:
         code, out, err = results[0]
         assert code != 0 and out == ""
-        line = _one_line(err)
+        line = one_line(err)
         assert line.startswith("parameter server") and "worker 1" in line
     for r in (0, 2):
         code, out, err = results[offset + r]
         assert code != 0 and out == ""
-        line = _one_line(err)
+        line = one_line(err)
         assert line.startswith(f"worker {r}: ")
         assert ("parameter server" in line) if job.ps else ("ring all-reduce" in line)
     # what was logged before the failure is intact
@@ -389,7 +383,7 @@ def test_hung_worker_is_named_by_the_ps_after_timeout(tmp_path: Path) -> None:
         job.ps.wait(timeout=GUARD_S)
         _, err = job.ps.communicate()
         assert job.ps.returncode != 0
-        line = _one_line(err)
+        line = one_line(err)
         assert "worker 1" in line and "sent nothing" in line
         for r in (0, 2):
             job.workers[r].wait(timeout=GUARD_S)
@@ -415,7 +409,7 @@ def _check_async_went_on(job: Job, ps_result: Result, others: list[Result]) -> d
     """The others finished every step, the PS exited 0 and logged and said exactly one loss."""
     code, out, err = ps_result
     assert (code, out) == (0, ""), f"PS exit {code}, stderr {err!r}"
-    m = LOST_LINE.fullmatch(_one_line(err))
+    m = LOST_LINE.fullmatch(one_line(err))
     assert m, err
     last_step_end = []
     for r, (code, out, err) in zip((r for r in range(WORLD) if r != LOST), others, strict=True):
@@ -476,7 +470,7 @@ def test_async_drops_a_hung_worker_after_timeout_and_trains_on(tmp_path: Path) -
     ev = _check_async_went_on(job, results[0], results[1:])
     assert ev["reason"] == "sent nothing for 3 s"
     assert hung.returncode not in (None, 0)
-    assert _one_line(err).startswith(f"worker {LOST}: ") and "parameter server" in err
+    assert one_line(err).startswith(f"worker {LOST}: ") and "parameter server" in err
 
 
 def test_serial_replies_blame_only_the_worker_that_stops_reading(tmp_path: Path) -> None:
