@@ -301,6 +301,21 @@ class VersionAction(argparse.Action):
         raise SystemExit(0)
 
 
+def add_scenario_parser(
+    sub: Any, name: str, title: str, load: Callable[[Path], Any], text: str, about: str
+) -> argparse.ArgumentParser:
+    """The subcommand NAME that runs a scenario: `about`, then that scenarios/NAME.json gives its
+    defaults and any flag overrides them; add_run_flags with the shipped scenario's values shown."""
+    scenario = SCENARIO_DIR / f"{name}.json"
+    p = sub.add_parser(
+        name,
+        help=text,
+        description=f"{about} Defaults are those of {scenario.name}; any flag given overrides it.",
+    )
+    add_run_flags(p, title, load(scenario), scenario)
+    return p
+
+
 def build_parser() -> Parser:
     """The argument parser of every subcommand."""
     p = Parser(
@@ -345,45 +360,35 @@ def build_parser() -> Parser:
             "incast cures side by side: 1 ms minimum RTO, a PS sharded over 2 and 4 hosts, the ring",
         ),
     ):
-        scenario = SCENARIO_DIR / f"{name}.json"
-        shown = load_scenario(scenario)
-        e = sub.add_parser(
-            name,
-            help=text,
-            description=f"{text}. Defaults are those of {scenario.name}; "
-            "any flag given overrides the scenario file.",
-        )
-        add_run_flags(e, "experiment", shown, scenario)
+        e = add_scenario_parser(sub, name, "experiment", load_scenario, text, f"{text}.")
         e.set_defaults(func=cmd_experiment, default_scenario=name)
 
-    job_scenario = SCENARIO_DIR / "job.json"
-    shown_job = load_scenario(job_scenario)
-    j = sub.add_parser(
+    j = add_scenario_parser(
+        sub,
         "job",
-        help="your own PyTorch distributed training command, one container per worker host",
-        description="Runs CMD in one container of IMAGE per worker host, its "
+        "experiment",
+        load_scenario,
+        "your own PyTorch distributed training command, one container per worker host",
+        "Runs CMD in one container of IMAGE per worker host, its "
         "network the host's on the fabric, with the environment torchrun gives (RANK, "
         "WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT) and GLOO_SOCKET_IFNAME; captured, "
-        "sampled and reported like the built-in strategies, its steps read off its traffic. "
-        f"Defaults are those of {job_scenario.name}.",
+        "sampled and reported like the built-in strategies, its steps read off its traffic.",
     )
-    add_run_flags(j, "experiment", shown_job, job_scenario)
     j.add_argument("job_command", nargs="*", metavar="-- CMD", help="the command each worker container runs")
     j.set_defaults(func=cmd_experiment, default_scenario="job")
 
     from runmodel.incast import load_incast_scenario
 
-    incast_scenario = SCENARIO_DIR / "incast.json"
-    shown_incast = load_incast_scenario(incast_scenario)
-    n = sub.add_parser(
+    n = add_scenario_parser(
+        sub,
         "incast",
-        help="the incast curve: goodput against the number of senders, and its cures",
-        description="The barrier-synchronised read of the incast papers on the "
+        "incast",
+        load_incast_scenario,
+        "the incast curve: goodput against the number of senders, and its cures",
+        "The barrier-synchronised read of the incast papers on the "
         "fabric: one client asks N servers for a block each at once, R rounds, N swept, one "
-        f"curve per cure. Defaults are those of {incast_scenario.name}; any flag given "
-        "overrides it. --buffer is the client port's buffer.",
+        "curve per cure; --buffer is the client port's buffer.",
     )
-    add_run_flags(n, "incast", shown_incast, incast_scenario)
     n.add_argument(
         "--rebuild",
         metavar="RUN",
