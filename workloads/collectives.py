@@ -9,7 +9,7 @@ import torch
 import torch.distributed as dist
 
 from runmodel.job import JobSpec
-from workloads.errors import WorkloadError
+from workloads.errors import WorkloadError, _reason
 from workloads.exchange import ExchangeStats
 from workloads.model import BYTES_PER_PARAM, ModelSpec, sgd_
 from workloads.ring import chunk_sizes, ring_allreduce_
@@ -39,14 +39,6 @@ def traffic_theory(job: JobSpec) -> dict[tuple[int, int], int]:
         (r, (r + 1) % world): (2 * n - c[(r + 1) % world] - c[(r + 2) % world]) * BYTES_PER_PARAM
         for r in range(world)
     }
-
-
-def _reason(exc: BaseException) -> str:
-    """First line of a gloo/c10d error, without the C++ source location prefix."""
-    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    if text.startswith("[") and "] " in text:
-        text = text.split("] ", 1)[1]
-    return text.split(". ", 1)[0][:300]  # gloo appends advice sentences
 
 
 class CollectiveExchange:

@@ -20,10 +20,8 @@ here both layers are re-gathered, as the model-size theory of ZeRO-3 counts them
 
 from __future__ import annotations
 
-import argparse
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -31,9 +29,9 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from runmodel.job import JobSpec, RankJob
-from runmodel.records import StepRecord, WorkerDone
-from workloads.collectives import _reason, join_gloo
-from workloads.errors import WorkloadError, exit_flushed, failures_reported, open_rank
+from runmodel.records import StepRecord
+from workloads.collectives import join_gloo
+from workloads.errors import WorkloadError, _reason, exit_flushed, rank_main
 from workloads.model import BYTES_PER_PARAM, ModelSpec, init_weights, make_batch, sgd_
 from workloads.ring import RingStats, chunk_sizes, ring_all_gather_, ring_reduce_scatter_
 
@@ -155,10 +153,10 @@ class ShardedModel:
             time.sleep(self.emulate_s * share)
 
 
-def train(job: JobSpec, me: RankJob, write: Any) -> None:
-    """Join the ranks' gloo group (rank 0's master port), train every step, `write` each step's
-    line (a StepRecord plus the rank's shard size), and leave together."""
-    url = f"tcp://{job.master_addr}:{job.master_port}"
+def train(job: JobSpec, me: RankJob, master: str, write: Any) -> None:
+    """Join the ranks' gloo group at `master` (rank 0's host:port), train every step, `write` each
+    step's line (a StepRecord plus the rank's shard size), and leave together."""
+    url = f"tcp://{master}"
     try:
         join_gloo(url, me.rank, job.world, job.timeout)
     except (RuntimeError, ValueError, OSError) as exc:
@@ -195,23 +193,5 @@ def train(job: JobSpec, me: RankJob, write: Any) -> None:
     dist.destroy_process_group()
 
 
-def main(argv: list[str] | None = None) -> int:
-    """`python -m workloads.fsdp --job job.json --rank R`: rank R of an fsdp job, its step lines in
-    its worker log; one stderr line and a non-zero exit on a failure, as workloads.worker."""
-    p = argparse.ArgumentParser(prog="python -m workloads.fsdp", description=__doc__)
-    p.add_argument("--job", required=True, type=Path, help="the strategy's job.json (runmodel.job)")
-    p.add_argument("--rank", type=int, required=True)
-    p.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1)")
-    args = p.parse_args(argv)
-    opened = open_rank(f"worker {args.rank}", args.job, args.rank, args.threads)
-    if opened is None:
-        return 2
-    job, me, log = opened
-    with log, failures_reported(f"worker {me.rank}") as outcome:
-        train(job, me, log.write)
-        log.write(WorkerDone(me.rank, job.steps))
-    return outcome.code
-
-
 if __name__ == "__main__":
-    exit_flushed(main())
+    exit_flushed(rank_main("workloads.fsdp", __doc__, "worker", train))

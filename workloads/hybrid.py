@@ -23,10 +23,10 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from runmodel.job import JobSpec
-from workloads.errors import exit_flushed
+from runmodel.job import JobSpec, RankJob
+from workloads.errors import exit_flushed, rank_main
 from workloads.model import BYTES_PER_PARAM
-from workloads.pipeline import PipeJob, PipeSpec, Stage, StageStep, rank_main, run_stages, stage_pairs
+from workloads.pipeline import PipeJob, PipeSpec, Stage, StageStep, run_stages, stage_pairs
 
 _TAG_GRADS = 1 << 20  # above every micro-batch's tags (2 x micro + 1)
 
@@ -118,16 +118,10 @@ def run_rank(job: PipeJob, dp: int, rank: int, master: str, write: Any) -> None:
     run_stages(job, lambda: HybridStage(job, dp, pipeline, stage), rank, dp * job.stages, master, write)
 
 
-def main(argv: list[str] | None = None) -> int:
-    """`python -m workloads.hybrid --job job.json --rank R`: rank R of a hybrid job."""
-    return rank_main(
-        argv,
-        "workloads.hybrid",
-        __doc__,
-        "hybrid rank",
-        lambda job, rank, master, write: run_rank(*hybrid_job(job), rank, master, write),
-    )
+def run_job(job: JobSpec, me: RankJob, master: str, write: Any) -> None:
+    """Rank `me.rank` of a hybrid job (the entry point is workloads.errors.rank_main)."""
+    run_rank(*hybrid_job(job), me.rank, master, write)
 
 
 if __name__ == "__main__":
-    exit_flushed(main())
+    exit_flushed(rank_main("workloads.hybrid", __doc__, "hybrid rank", run_job))

@@ -18,22 +18,20 @@ the mean of the ranks' losses (`unsplit_losses`, the oracle).
 
 from __future__ import annotations
 
-import argparse
 import math
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from runmodel.job import JobSpec
-from runmodel.records import StepRecord, WorkerDone
+from runmodel.job import JobSpec, RankJob
+from runmodel.records import StepRecord
 from workloads.alltoall import AllToAllStats, all_to_all
-from workloads.collectives import _reason, join_gloo
-from workloads.errors import WorkloadError, exit_flushed, failures_reported, open_rank
+from workloads.collectives import join_gloo
+from workloads.errors import exit_flushed, rank_main
 from workloads.model import BYTES_PER_PARAM, CLASSES, D_IN, ModelSpec, _generator, make_batch
 from workloads.ring import chunk_sizes, ring_allreduce_, schedule
 
@@ -364,26 +362,10 @@ def run_rank(job: JobSpec, rank: int, write: Any) -> None:
         dist.destroy_process_group()
 
 
-def main(argv: list[str] | None = None) -> int:
-    """`python -m workloads.moe --job job.json --rank R`: rank R of a moe job, its step lines in its
-    worker log; one stderr line and a non-zero exit on a failure, as workloads.worker."""
-    p = argparse.ArgumentParser(prog="python -m workloads.moe", description=__doc__)
-    p.add_argument("--job", required=True, type=Path, help="the strategy's job.json (runmodel.job)")
-    p.add_argument("--rank", type=int, required=True, help="this process's rank")
-    p.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1)")
-    args = p.parse_args(argv)
-    opened = open_rank(f"moe rank {args.rank}", args.job, args.rank, args.threads)
-    if opened is None:
-        return 2
-    job, me, log = opened
-    with log, failures_reported(f"moe rank {me.rank}") as outcome:
-        try:
-            run_rank(job, me.rank, log.write)
-        except (RuntimeError, ValueError, OSError) as exc:
-            raise WorkloadError(f"moe rank {me.rank}/{job.world} failed: {_reason(exc)}") from None
-        log.write(WorkerDone(me.rank, job.steps))
-    return outcome.code
+def run_job(job: JobSpec, me: RankJob, master: str, write: Any) -> None:
+    """Rank `me.rank` of a moe job (the entry point is workloads.errors.rank_main)."""
+    run_rank(job, me.rank, write)
 
 
 if __name__ == "__main__":
-    exit_flushed(main())
+    exit_flushed(rank_main("workloads.moe", __doc__, "moe rank", run_job))

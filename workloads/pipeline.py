@@ -17,24 +17,21 @@ says how long it computed (busy) and how long it waited (the bubble: idle / step
 
 from __future__ import annotations
 
-import argparse
 import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from runmodel.job import JobSpec
-from runmodel.records import StepRecord, WorkerDone
+from runmodel.job import JobSpec, RankJob
+from runmodel.records import StepRecord
 from runmodel.strategy import PP_DEPTH, SCHEDULES
-from workloads.collectives import _reason
-from workloads.errors import WorkloadError, exit_flushed, failures_reported, open_rank
+from workloads.errors import exit_flushed, rank_main
 from workloads.model import BYTES_PER_PARAM, CLASSES, D_IN, ModelSpec, _generator, make_batch, shard_bounds
 from workloads.schedules import (
     BWD,
@@ -378,42 +375,10 @@ def pipe_job(job: JobSpec) -> PipeJob:
     )  # fmt: skip
 
 
-RunRank = Callable[[JobSpec, int, str, Callable[[Any], None]], None]
-
-
-def rank_main(argv: list[str] | None, module: str, doc: str | None, what: str, run: RunRank) -> int:
-    """`python -m MODULE --job job.json --rank R` for a model-split strategy (pp, tp, hybrid): rank R's
-    part of the job, `run(job, rank, master host:port, write)` writing its step lines to its log,
-    then WorkerDone; one stderr line naming `what` and the rank and a non-zero exit on a failure,
-    as workloads.worker."""
-    p = argparse.ArgumentParser(prog=f"python -m {module}", description=doc)
-    p.add_argument("--job", required=True, type=Path, help="the strategy's job.json (runmodel.job)")
-    p.add_argument("--rank", type=int, required=True, help=f"the {what}")
-    p.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1)")
-    args = p.parse_args(argv)
-    opened = open_rank(f"{what} {args.rank}", args.job, args.rank, args.threads)
-    if opened is None:
-        return 2
-    job, me, log = opened
-    with log, failures_reported(f"{what} {me.rank}") as outcome:
-        try:
-            run(job, me.rank, f"{job.master_addr}:{job.master_port}", log.write)
-        except (RuntimeError, ValueError, OSError) as exc:
-            raise WorkloadError(f"{what} {me.rank}/{job.world} failed: {_reason(exc)}") from None
-        log.write(WorkerDone(me.rank, job.steps))
-    return outcome.code
-
-
-def main(argv: list[str] | None = None) -> int:
-    """`python -m workloads.pipeline --job job.json --rank R`: stage R of a pp job."""
-    return rank_main(
-        argv,
-        "workloads.pipeline",
-        __doc__,
-        "pipeline stage",
-        lambda job, rank, master, write: run_stage(pipe_job(job), rank, master, write),
-    )
+def run_job(job: JobSpec, me: RankJob, master: str, write: Any) -> None:
+    """Stage `me.rank` of a pp job (the entry point is workloads.errors.rank_main)."""
+    run_stage(pipe_job(job), me.rank, master, write)
 
 
 if __name__ == "__main__":
-    exit_flushed(main())
+    exit_flushed(rank_main("workloads.pipeline", __doc__, "pipeline stage", run_job))

@@ -30,11 +30,11 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from runmodel.job import JobSpec
+from runmodel.job import JobSpec, RankJob
 from runmodel.records import StepRecord
-from workloads.errors import exit_flushed
+from workloads.errors import exit_flushed, rank_main
 from workloads.model import BYTES_PER_PARAM, ModelSpec, make_batch, shard_bounds
-from workloads.pipeline import PipeSpec, init_layer, rank_main
+from workloads.pipeline import PipeSpec, init_layer
 from workloads.ring import chunk_sizes, ring_allreduce_, schedule
 
 
@@ -251,16 +251,10 @@ def tensor_job(job: JobSpec) -> TensorJob:
     )
 
 
-def main(argv: list[str] | None = None) -> int:
-    """`python -m workloads.tensor --job job.json --rank R`: rank R of a tp job."""
-    return rank_main(
-        argv,
-        "workloads.tensor",
-        __doc__,
-        "tensor-parallel rank",
-        lambda job, rank, master, write: run_rank(tensor_job(job), rank, master, write),
-    )
+def run_job(job: JobSpec, me: RankJob, master: str, write: Any) -> None:
+    """Rank `me.rank` of a tp job (the entry point is workloads.errors.rank_main)."""
+    run_rank(tensor_job(job), me.rank, master, write)
 
 
 if __name__ == "__main__":
-    exit_flushed(main())
+    exit_flushed(rank_main("workloads.tensor", __doc__, "tensor-parallel rank", run_job))
