@@ -21,7 +21,7 @@ here both layers are re-gathered, as the model-size theory of ZeRO-3 counts them
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import torch
@@ -32,6 +32,7 @@ from runmodel.job import JobSpec, RankJob
 from runmodel.records import StepRecord
 from workloads.collectives import join_gloo
 from workloads.errors import WorkloadError, _reason, exit_flushed, rank_main
+from workloads.exchange import ExchangeStats
 from workloads.model import BYTES_PER_PARAM, ModelSpec, init_weights, make_batch, sgd_
 from workloads.ring import RingStats, chunk_sizes, ring_all_gather_, ring_reduce_scatter_
 
@@ -77,15 +78,11 @@ def traffic_theory(job: JobSpec) -> dict[tuple[int, int], int]:
 
 
 @dataclass
-class FsdpStep:
-    """One step of one rank, as measured."""
+class FsdpStep(ExchangeStats):
+    """One step of one rank, as measured: its collectives' numbers, its loss and compute time."""
 
     loss: float = 0.0
     compute_s: float = 0.0
-    comm_s: float = 0.0
-    wait_s: float = 0.0
-    bytes_sent: int = 0
-    bytes_recv: int = 0
 
 
 class ShardedModel:
@@ -177,10 +174,14 @@ def train(job: JobSpec, me: RankJob, master: str, write: Any) -> None:
                 time.sleep(m.compute_s * (me.slow_factor - 1.0))
                 m.compute_s *= me.slow_factor
             rec = StepRecord(
-                rank=me.rank, strategy=job.strategy, step=step, t_start=t_start, t_end=time.time(),
-                compute_s=m.compute_s, comm_s=m.comm_s, wait_s=m.wait_s, bytes_sent=m.bytes_sent,
-                bytes_recv=m.bytes_recv, loss=m.loss, samples=job.batch,
-            )  # fmt: skip
+                rank=me.rank,
+                strategy=job.strategy,
+                step=step,
+                t_start=t_start,
+                t_end=time.time(),
+                samples=job.batch,
+                **asdict(m),  # the measured numbers are the record's fields of the same names
+            )
             write(rec.to_dict() | {"shard_bytes": shard_bytes})
         step = -1
         dist.barrier()  # no rank tears down its sockets while a neighbour still reads
