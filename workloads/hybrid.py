@@ -26,7 +26,7 @@ import torch.distributed as dist
 from runmodel.job import JobSpec, RankJob
 from workloads.errors import exit_flushed, rank_main
 from workloads.model import BYTES_PER_PARAM
-from workloads.pipeline import PipeJob, PipeSpec, Stage, StageStep, run_stages, stage_pairs
+from workloads.pipeline import PipeJob, PipeSpec, SplitTraining, Stage, StageStep, run_stages, stage_pairs
 
 _TAG_GRADS = 1 << 20  # above every micro-batch's tags (2 x micro + 1)
 
@@ -105,11 +105,7 @@ class HybridStage(Stage):
 def hybrid_job(job: JobSpec) -> tuple[PipeJob, int]:
     """The pipelines' part of a strategy's job.json (every pipeline's PipeJob) and their number."""
     spec = job.spec
-    pipe = PipeJob(
-        spec.pp, spec.micro, spec.schedule, job.steps, job.grad_mb, job.batch, job.lr, job.seed,
-        job.compute_ms, job.timeout,
-    )  # fmt: skip
-    return pipe, spec.dp
+    return PipeJob(spec.pp, spec.micro, spec.schedule, **SplitTraining.of_job(job)), spec.dp
 
 
 def run_rank(job: PipeJob, dp: int, rank: int, master: str, write: Any) -> None:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import timedelta
 from typing import Any
 
@@ -151,13 +151,11 @@ def unsplit_losses(
     return losses
 
 
-@dataclass(frozen=True)
-class PipeJob:
-    """What every stage process is told: the pipeline's shape and the training parameters."""
+@dataclass(frozen=True, kw_only=True)
+class SplitTraining:
+    """The training parameters every rank of a model split (pp, tp, hybrid) is told, as job.json
+    has them; each split adds its own shape before them (positional) in a subclass."""
 
-    stages: int
-    micro: int
-    schedule: str
     steps: int
     grad_mb: float
     batch: int
@@ -166,6 +164,24 @@ class PipeJob:
     compute_ms: float = 0.0
     timeout: float = 60.0
 
+    @staticmethod
+    def of_job(job: JobSpec) -> dict[str, Any]:
+        """These parameters of a strategy's job.json, as keyword arguments of a subclass."""
+        return {f.name: getattr(job, f.name) for f in fields(SplitTraining)}
+
+    @property
+    def spec(self) -> PipeSpec:
+        return PipeSpec.from_grad_mb(self.grad_mb)
+
+
+@dataclass(frozen=True)
+class PipeJob(SplitTraining):
+    """What every stage process is told: the pipeline's shape and the training parameters."""
+
+    stages: int
+    micro: int
+    schedule: str
+
     def __post_init__(self) -> None:
         if self.schedule not in SCHEDULES:
             raise ValueError(f"unknown schedule {self.schedule!r} (known: {', '.join(SCHEDULES)})")
@@ -173,10 +189,6 @@ class PipeJob:
             raise ValueError(f"micro must be >= 1 and divide the batch ({self.batch}), got {self.micro}")
         if not 1 <= self.stages <= PP_DEPTH:
             raise ValueError(f"stages must be in 1..{PP_DEPTH}, got {self.stages}")
-
-    @property
-    def spec(self) -> PipeSpec:
-        return PipeSpec.from_grad_mb(self.grad_mb)
 
     @property
     def bubble_theory(self) -> float:
@@ -369,10 +381,7 @@ def stage_pairs(grad_mb: float, batch: int, stages: int, base: int = 0) -> dict[
 
 def pipe_job(job: JobSpec) -> PipeJob:
     """The pipeline's part of a strategy's job.json."""
-    return PipeJob(
-        job.stages, job.micro, job.schedule, job.steps, job.grad_mb, job.batch, job.lr, job.seed,
-        job.compute_ms, job.timeout,
-    )  # fmt: skip
+    return PipeJob(job.stages, job.micro, job.schedule, **SplitTraining.of_job(job))
 
 
 def run_job(job: JobSpec, me: RankJob, master: str, write: Any) -> None:

@@ -34,7 +34,7 @@ from runmodel.job import JobSpec, RankJob
 from runmodel.records import StepRecord
 from workloads.errors import exit_flushed, rank_main
 from workloads.model import BYTES_PER_PARAM, ModelSpec, make_batch, shard_bounds
-from workloads.pipeline import PipeSpec, init_layer
+from workloads.pipeline import PipeSpec, SplitTraining, init_layer
 from workloads.ring import chunk_sizes, ring_allreduce_, schedule
 
 
@@ -73,24 +73,13 @@ def traffic_theory(job: JobSpec) -> dict[tuple[int, int], int]:
 
 
 @dataclass(frozen=True)
-class TensorJob:
+class TensorJob(SplitTraining):
     """What every tp rank is told: how many ranks split each pair, and the training parameters."""
 
     size: int
-    steps: int
-    grad_mb: float
-    batch: int
-    lr: float
-    seed: int
-    compute_ms: float = 0.0
-    timeout: float = 60.0
 
     def __post_init__(self) -> None:
         hidden_slice(self.spec, self.size, 0)  # refuses a width too narrow to split
-
-    @property
-    def spec(self) -> PipeSpec:
-        return PipeSpec.from_grad_mb(self.grad_mb)
 
 
 class Ring:
@@ -246,9 +235,7 @@ def run_rank(job: TensorJob, rank: int, master: str, write: Any) -> None:
 
 def tensor_job(job: JobSpec) -> TensorJob:
     """tp's part of a strategy's job.json: the layers split over every rank of the job."""
-    return TensorJob(
-        job.world, job.steps, job.grad_mb, job.batch, job.lr, job.seed, job.compute_ms, job.timeout
-    )
+    return TensorJob(job.world, **SplitTraining.of_job(job))
 
 
 def run_job(job: JobSpec, me: RankJob, master: str, write: Any) -> None:
