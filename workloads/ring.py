@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,6 +30,7 @@ SEGMENT_BYTES = 256 * 1024  # the largest segment: small enough to pipeline, lar
 MIN_SEGMENTS = 4  # a chunk of a few segments' size still goes in this many, down to MIN_SEGMENT_BYTES
 MIN_SEGMENT_BYTES = 32 * 1024  # below this a segment's own cost (about a millisecond) outweighs its overlap
 WINDOW = 4  # receives posted ahead of the one being waited for (per chunk: segments + this)
+Steps = list[tuple[int, int, bool]]  # a rank's ring steps: (chunk sent, chunk received, received is added)
 
 
 @dataclass
@@ -60,21 +62,21 @@ def chunk_sizes(numel: int, world: int) -> list[int]:
     return [numel // world + (k < numel % world) for k in range(world)]
 
 
-def reduce_scatter_steps(world: int, own: int) -> list[tuple[int, int, bool]]:
+def reduce_scatter_steps(world: int, own: int) -> Steps:
     """The N-1 reduce-scatter steps after which a rank holds the full sum of chunk `own`:
     (chunk sent, chunk received, True: the received chunk is added). Step i sends chunk (own - 1 - i)
     and adds the incoming (own - 2 - i), so a rank sends every chunk but `own` to its right."""
     return [((own - 1 - i) % world, (own - 2 - i) % world, True) for i in range(world - 1)]
 
 
-def all_gather_steps(world: int, own: int) -> list[tuple[int, int, bool]]:
+def all_gather_steps(world: int, own: int) -> Steps:
     """The N-1 all-gather steps of a rank that starts with chunk `own` finished: step i sends chunk
     (own - i) and stores the incoming finished (own - 1 - i), so a rank sends every chunk but its
     right neighbour's own."""
     return [((own - i) % world, (own - 1 - i) % world, False) for i in range(world - 1)]
 
 
-def schedule(rank: int, world: int) -> list[tuple[int, int, bool]]:
+def schedule(rank: int, world: int) -> Steps:
     """The 2(N-1) steps of rank `rank`'s all-reduce: (chunk sent, chunk received, received chunk is added).
 
     Reduce-scatter step i sends chunk (r - i) and adds the incoming chunk (r - i - 1); after N-1
@@ -85,58 +87,48 @@ def schedule(rank: int, world: int) -> list[tuple[int, int, bool]]:
     return reduce_scatter_steps(world, own) + all_gather_steps(world, own)
 
 
-def ring_allreduce_(
-    tensor: torch.Tensor,
-    rank: int,
-    world: int,
-    segment_bytes: int = SEGMENT_BYTES,
-    window: int = WINDOW,
-    min_segments: int = MIN_SEGMENTS,
-) -> RingStats:
-    """Sum `tensor` (1-D, contiguous) across all ranks in place; the same result on every rank.
+@dataclass(frozen=True)
+class RingCollective:
+    """A ring collective over a 1-D contiguous tensor, in place: `steps_of(rank, world)` (chunk sent to
+    the right, chunk received from the left, add it) run pipelined by `_ring_`; called as
+    collective(tensor, rank, world, segment_bytes=, window=, min_segments=) -> RingStats."""
 
-    Reduce-scatter then all-gather in one pipelined pass (the pipeline does not drain between the
-    halves). Every element is summed in the same order as by the unpipelined ring (along the ring,
-    starting at the chunk's owner), so the result does not depend on `segment_bytes` or `window`.
-    """
-    return _ring_(tensor, rank, world, schedule(rank, world), segment_bytes, window, min_segments)
+    steps_of: Callable[[int, int], Steps]
 
-
-def ring_reduce_scatter_(
-    tensor: torch.Tensor,
-    rank: int,
-    world: int,
-    segment_bytes: int = SEGMENT_BYTES,
-    window: int = WINDOW,
-    min_segments: int = MIN_SEGMENTS,
-) -> RingStats:
-    """Sum `tensor` (1-D, contiguous) across all ranks, in place, into this rank's chunk only: afterwards
-    chunk `rank` (torch.tensor_split(tensor, world)[rank], `chunk_sizes`) holds the full sum; the other
-    chunks hold partial sums (scratch). Each rank sends (N-1)/N of the tensor to its right neighbour."""
-    steps = reduce_scatter_steps(world, rank)
-    return _ring_(tensor, rank, world, steps, segment_bytes, window, min_segments)
+    def __call__(
+        self,
+        tensor: torch.Tensor,
+        rank: int,
+        world: int,
+        segment_bytes: int = SEGMENT_BYTES,
+        window: int = WINDOW,
+        min_segments: int = MIN_SEGMENTS,
+    ) -> RingStats:
+        return _ring_(tensor, rank, world, self.steps_of(rank, world), segment_bytes, window, min_segments)
 
 
-def ring_all_gather_(
-    tensor: torch.Tensor,
-    rank: int,
-    world: int,
-    segment_bytes: int = SEGMENT_BYTES,
-    window: int = WINDOW,
-    min_segments: int = MIN_SEGMENTS,
-) -> RingStats:
-    """Fill `tensor` (1-D, contiguous) in place with every rank's chunk: on entry chunk `rank`
-    (torch.tensor_split(tensor, world)[rank]) is this rank's, the rest is overwritten. Each rank
-    sends (N-1)/N of the tensor to its right neighbour."""
-    steps = all_gather_steps(world, rank)
-    return _ring_(tensor, rank, world, steps, segment_bytes, window, min_segments)
+# Sum `tensor` across all ranks in place; the same result on every rank. Reduce-scatter then
+# all-gather in one pipelined pass (the pipeline does not drain between the halves). Every element is
+# summed in the same order as by the unpipelined ring (along the ring, starting at the chunk's owner),
+# so the result does not depend on `segment_bytes` or `window`.
+ring_allreduce_ = RingCollective(schedule)
+
+# Sum `tensor` across all ranks, in place, into this rank's chunk only: afterwards chunk `rank`
+# (torch.tensor_split(tensor, world)[rank], `chunk_sizes`) holds the full sum; the other chunks hold
+# partial sums (scratch). Each rank sends (N-1)/N of the tensor to its right neighbour.
+ring_reduce_scatter_ = RingCollective(lambda rank, world: reduce_scatter_steps(world, rank))
+
+# Fill `tensor` in place with every rank's chunk: on entry chunk `rank`
+# (torch.tensor_split(tensor, world)[rank]) is this rank's, the rest is overwritten. Each rank sends
+# (N-1)/N of the tensor to its right neighbour.
+ring_all_gather_ = RingCollective(lambda rank, world: all_gather_steps(world, rank))
 
 
 def _ring_(
     tensor: torch.Tensor,
     rank: int,
     world: int,
-    steps: list[tuple[int, int, bool]],
+    steps: Steps,
     segment_bytes: int,
     window: int,
     min_segments: int,
