@@ -4,7 +4,8 @@ A run marks every process it starts with the environment variable INCASTLAB_RUN 
 shells inherit it, and so does everything started in them), names its bridges sp<N>/lf<N> and its
 veths <node>-eth<N>, tags its OVS QoS rows with external-ids:incastlab=1, labels the containers that
 are its hosts incastlab.run=<marker value> and the images it builds incastlab.image; make vm-check's
-libvirt domain and volumes are named incastlab*, its network incastlab-mgmt. That is what the sweep
+libvirt domain and volumes are named incastlab*, its network incastlab-mgmt; the container servers
+of a cluster check are labelled incastlab.server (topologies.testservers). That is what the sweep
 looks for, so it never touches another program's bridges, processes, containers or VMs.
 """
 
@@ -23,6 +24,8 @@ from typing import Any
 
 from runmodel.fabric import Plan
 from topologies.containers import dangling_images, remove_containers, remove_images, run_containers
+from topologies.testservers import stop as stop_test_servers
+from topologies.testservers import test_server_leftovers
 
 MARKER = "INCASTLAB_RUN"
 BRIDGE_RE = re.compile(r"^(sp|lf)\d+$")
@@ -53,6 +56,8 @@ class Leftovers:
     containers: list[str] = _kind(lambda v: f"containers {' '.join(sorted(v, key=natural))}")
     images: list[str] = _kind(lambda v: f"{len(v)} dangling incastlab images")
     vm: list[str] = _kind(lambda v: f"libvirt {' '.join(v)}")  # make vm-check's domain/volume/network
+    # container servers (topologies.testservers) and their network, once their owner is gone
+    servers: list[str] = _kind(lambda v: f"container servers {' '.join(v)}")
 
     def empty(self) -> bool:
         """True when nothing is left."""
@@ -132,6 +137,7 @@ def find_leftovers(vm: bool = True) -> Leftovers:
     left.containers = run_containers()
     left.images = dangling_images()
     left.vm = vm_leftovers() if vm else []
+    left.servers = test_server_leftovers()
     return left
 
 
@@ -230,6 +236,8 @@ def remove(left: Leftovers) -> None:
         _out(["ip", "netns", "del", ns])
     remove_images(left.images)
     remove_vm(left.vm)
+    if left.servers:
+        stop_test_servers()
 
 
 def _destroy_qos(qos: list[str]) -> None:
@@ -254,6 +262,7 @@ def sweep_fabric(plan: Plan | None = None) -> None:
     left.netns = []
     left.containers = []
     left.images = []
+    left.servers = []
     if plan is not None:
         names = {s.name for s in plan.switches}
         left.bridges = [b for b in left.bridges if b in names]
