@@ -517,7 +517,8 @@ def _main(argv: list[str]) -> int:
         ContainerError,
         ImageError,
     ) as exc:
-        print(one_line(f"incastlab {args.command}: {exc}"), file=sys.stderr)
+        for line in getattr(exc, "lines", None) or [str(exc)]:  # a ServerError: a line per piece
+            print(one_line(f"incastlab {args.command}: {line}"), file=sys.stderr)
         return EXIT_USAGE
 
 

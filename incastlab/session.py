@@ -344,6 +344,11 @@ def runtime_for(cfg: ExperimentConfig, workdir: Path, say: Callable[[str], None]
     ControllerProcess(plan, cfg.controller, workdir).check_ports()
     if short := disk_short(workdir):
         raise SessionError(short)
+    if cfg.controller.servers:  # every server checked before a run folder is made
+        from incastlab.servers import preflight_servers
+
+        preflight_servers(cfg.controller.servers, say=say)
+        return HostRuntime("netns", "hosts are namespaces on the servers")
     hosts = host_runtime(plan, workdir, cfg.stragglers, say=say)
     if any(spec.kind == JOB for spec in cfg.strategy_specs):
         if hosts.runtime != "docker":

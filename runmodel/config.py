@@ -172,6 +172,13 @@ class ControllerOptions:
         "path), hedera (large flows re-placed from their estimated demands every poll)",
         choices=ROUTINGS,
     )
+    servers: tuple[str, ...] = param(
+        (),
+        "machines to place the fabric on with Mininet Cluster Edition, by leaf, reached by ssh as root "
+        "(none: this machine)",
+        parse=split_commas,
+        metavar="S1,S2",
+    )
 
     def validate(self) -> None:
         """Refuse impossible ports, an interval out of range and an unknown routing policy."""
@@ -184,6 +191,9 @@ class ControllerOptions:
         number("interval", self.interval, 0, 60, lo_open=True)
         if self.routing not in ROUTINGS:
             raise ParamError(f"--routing must be one of {', '.join(ROUTINGS)}, got {self.routing!r}")
+        twice = sorted({s for s in self.servers if list(self.servers).count(s) > 1})
+        if twice:
+            raise ParamError(f"--servers names {', '.join(twice)} twice: each machine once")
 
     @property
     def base_url(self) -> str:
@@ -195,6 +205,8 @@ class ControllerOptions:
     def from_dict(cls, doc: dict[str, Any]) -> ControllerOptions:
         """Options from config.json; unknown keys are refused by name."""
         refuse_unknown(doc, cls, "controller")
+        if isinstance(doc.get("servers"), list):  # JSON has no tuples
+            doc = {**doc, "servers": tuple(doc["servers"])}
         return cls(**doc)
 
 

@@ -138,6 +138,7 @@ SAMPLES = {
     "--workers": "3",
     "--placement": "spread",
     "--routing": "firstfit",
+    "--servers": "10.249.0.11,10.249.0.12",
     "--strategies": "ring,ps",
     "--steps": "3",
     "--grad-mb": "0.25",

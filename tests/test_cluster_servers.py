@@ -1,0 +1,124 @@
+"""The cluster's server checks (incastlab.servers.preflight_servers) refuse bad input in one line per
+missing piece, before anything is built.
+
+ssh is faked by a script first on PATH (a faked process, as the rules allow): it refuses 192.0.2.*
+(TEST-NET: nothing is sent) like an unreachable machine, and runs the check script of any other
+address here, with a PATH of its own per address, so a server can lack ovs-vsctl, and `hostname`
+says the name the test gives it (two addresses, one machine).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+from incastlab.cli import main
+from incastlab.servers import ServerError, preflight_servers
+from runmodel.config import ControllerOptions
+from runmodel.params import ParamError
+
+FAKE_SSH = """#!/bin/sh
+while [ $# -gt 0 ]; do
+  case "$1" in -o|-F) shift 2;; -tt|-n|-q) shift;; *) break;; esac
+done
+host=${1#root@}; shift
+case "$host" in 192.0.2.*) echo "ssh: connect to host $host port 22: No route to host" >&2; exit 255;; esac
+exec env PATH="$FAKE_BIN/$host" sh -c "$*"
+"""
+TOOLS = ("cat", "grep", "cut", "ip", "ovs-vsctl", "mnexec", "tr", "sh", "env")
+
+
+def fake_servers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, servers: dict[str, dict]) -> None:
+    """ssh faked on PATH; per address a bin folder of real tools (less `missing`) and a hostname."""
+    bindir = tmp_path / "ssh-bin"
+    bindir.mkdir()
+    (bindir / "ssh").write_text(FAKE_SSH)
+    (bindir / "ssh").chmod(0o755)
+    for addr, how in servers.items():
+        d = tmp_path / "servers" / addr
+        d.mkdir(parents=True)
+        for tool in TOOLS:
+            if tool not in how.get("missing", ()) and (real := shutil.which(tool)):
+                (d / tool).symlink_to(real)
+        (d / "hostname").write_text(f"#!/bin/sh\necho {how.get('name', addr)}\n")
+        (d / "hostname").chmod(0o755)
+    monkeypatch.setenv("FAKE_BIN", str(tmp_path / "servers"))
+    monkeypatch.setenv("PATH", f"{bindir}:{os.environ['PATH']}")
+    monkeypatch.delenv("INCASTLAB_SSH_CONFIG", raising=False)
+
+
+def refusal(servers: list[str], **kw: object) -> list[str]:
+    with pytest.raises(ServerError) as info:
+        preflight_servers(servers, **kw)  # type: ignore[arg-type]
+    return info.value.lines
+
+
+@pytest.fixture
+def need_ovs() -> None:
+    if shutil.which("ovs-vsctl") is None or shutil.which("mnexec") is None:
+        pytest.fail("ovs-vsctl and mnexec are part of the project's set-up (make deps)")
+
+
+def test_two_good_servers_pass(tmp_path, monkeypatch, need_ovs):
+    fake_servers(tmp_path, monkeypatch, {"127.0.0.2": {}, "127.0.0.3": {}})
+    assert preflight_servers(["127.0.0.2", "127.0.0.3"]) == {
+        "127.0.0.2": "127.0.0.2",
+        "127.0.0.3": "127.0.0.3",
+    }
+
+
+def test_unreachable_server_is_one_line(tmp_path, monkeypatch, need_ovs):
+    fake_servers(tmp_path, monkeypatch, {"127.0.0.2": {}})
+    lines = refusal(["127.0.0.2", "192.0.2.7"])
+    assert lines == [
+        "server 192.0.2.7: not reachable by ssh as root in BatchMode "
+        "(ssh: connect to host 192.0.2.7 port 22: No route to host)"
+    ]
+
+
+def test_server_without_ovs_is_named(tmp_path, monkeypatch, need_ovs):
+    fake_servers(tmp_path, monkeypatch, {"127.0.0.2": {}, "127.0.0.3": {"missing": ("ovs-vsctl",)}})
+    lines = refusal(["127.0.0.2", "127.0.0.3"])
+    assert lines == [
+        "server 127.0.0.3: Open vSwitch is not installed or not answering (ovs-vsctl show failed)"
+    ]
+
+
+def test_server_without_the_venv_is_named(tmp_path, monkeypatch, need_ovs):
+    fake_servers(tmp_path, monkeypatch, {"127.0.0.2": {}})
+    nowhere = tmp_path / "no-checkout" / ".venv" / "bin" / "python"
+    lines = refusal(["127.0.0.2"], python=nowhere)
+    assert lines == [f"server 127.0.0.2: no venv at {nowhere} (the checkout and its venv at the same paths)"]
+    # the same server with this process's own interpreter passes: the line was about the venv only
+    assert preflight_servers(["127.0.0.2"], python=Path(sys.executable))
+
+
+def test_one_machine_under_two_addresses_is_refused(tmp_path, monkeypatch, need_ovs):
+    fake_servers(tmp_path, monkeypatch, {"127.0.0.2": {"name": "box"}, "127.0.0.3": {"name": "box"}})
+    lines = refusal(["127.0.0.2", "127.0.0.3"])
+    assert lines == ["server 127.0.0.3: the same machine as 127.0.0.2: name each machine once"]
+
+
+def test_one_address_under_two_names_is_refused(tmp_path, monkeypatch, need_ovs):
+    fake_servers(tmp_path, monkeypatch, {"127.0.0.2": {}})
+    lines = refusal(["127.0.0.2", "localhost", "127.0.0.1"])
+    assert lines == ["server 127.0.0.1: the same machine as localhost (127.0.0.1): name each machine once"]
+
+
+def test_every_missing_piece_is_its_own_line(tmp_path, monkeypatch, need_ovs):
+    fake_servers(tmp_path, monkeypatch, {"127.0.0.3": {"missing": ("ovs-vsctl", "mnexec")}})
+    lines = refusal(["127.0.0.3", "192.0.2.9"], python=tmp_path / "none")
+    assert len(lines) == 4, lines
+    assert sum("127.0.0.3" in ln for ln in lines) == 3 and sum("192.0.2.9" in ln for ln in lines) == 1
+
+
+def test_the_same_server_twice_is_refused_by_the_flag(capsys):
+    with pytest.raises(ParamError, match="names 10.0.0.9 twice"):
+        ControllerOptions(servers=("10.0.0.9", "10.0.0.8", "10.0.0.9")).validate()
+    assert main(["fabric", "--servers", "s1,s1", "--no-calibrate"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["incastlab fabric: --servers names s1 twice: each machine once"]
