@@ -26,4 +26,8 @@ def clean_all() -> Leftovers:
             pass  # what OVS holds cannot be asked; the rest is still swept, and cmd_clean checks after
     left = find_leftovers()
     remove(left)
+    from topologies.cluster import clean_servers, servers_in_use
+
+    said = clean_servers(servers_in_use())  # a cluster run's servers, when one crashed
+    left.servers += [f"{s} ({line})" for s, line in said.items() if line != "removed: nothing"]
     return left

@@ -84,6 +84,7 @@ def check_script(peers: Sequence[str], python: Path, code: Path) -> str:
         "command -v mnexec >/dev/null && echo mnexec=ok",
         f"test -x {python} && echo venv=ok",
         f"test -f {code}/incastlab/cli.py && echo code=ok",
+        "echo bridges=$(ovs-vsctl --timeout=3 list-br 2>/dev/null | grep -E '^(sp|lf)[0-9]+$')",
     ]
     for peer in peers:  # the MTU of the interface each tunnel leaves by
         lines.append(
@@ -117,6 +118,11 @@ def judge(report: Report, python: Path, code: Path, unreachable: Sequence[str] =
         lines.append(f"server {s}: no venv at {python} (the checkout and its venv at the same paths)")
     if v.get("code") != "ok":
         lines.append(f"server {s}: no incastlab code at {code}")
+    if v.get("bridges"):
+        lines.append(
+            f"server {s}: leftovers of an earlier run (bridges {v['bridges']}): remove them with "
+            "`incastlab clean`"
+        )
     for key, mtu in sorted(v.items()):
         short = mtu.isdigit() and int(mtu) < FABRIC_MTU + VXLAN_OVERHEAD
         if key.startswith("mtu_") and short and key[4:] not in unreachable:

@@ -424,9 +424,15 @@ def fabric_session(
     say = progress or (lambda _msg: None)
     mark_run()
     preflight(*(tcp or (None, None)), workdir=workdir)
-    if hosts is None:
-        hosts = host_runtime(plan, workdir, say=say)
-    fabric = Fabric(plan, controller_port=options.of_port, controller_host=options.of_host, hosts=hosts)
+    fabric: Fabric
+    if options.servers:  # over several machines: topologies.cluster (servers checked there)
+        from topologies.cluster import cluster_fabric
+
+        fabric, options = cluster_fabric(plan, options, say)
+    else:
+        if hosts is None:
+            hosts = host_runtime(plan, workdir, say=say)
+        fabric = Fabric(plan, controller_port=options.of_port, controller_host=options.of_host, hosts=hosts)
     controller = ControllerProcess(plan, options, workdir, record=record)
     controller.check_ports()
     watch = RunWatch(workdir, lambda why: INTERRUPTS.fail(HostFault(why)))

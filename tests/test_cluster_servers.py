@@ -29,7 +29,7 @@ host=${1#root@}; shift
 case "$host" in 192.0.2.*) echo "ssh: connect to host $host port 22: No route to host" >&2; exit 255;; esac
 exec env PATH="$FAKE_BIN/$host" sh -c "$*"
 """
-TOOLS = ("cat", "grep", "cut", "ip", "ovs-vsctl", "mnexec", "tr", "sh", "env")
+TOOLS = ("cat", "grep", "cut", "ip", "ovs-vsctl", "mnexec", "tr", "sh", "env", "printf")
 
 
 def fake_servers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, servers: dict[str, dict]) -> None:
@@ -44,6 +44,14 @@ def fake_servers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, servers: dict[
         for tool in TOOLS:
             if tool not in how.get("missing", ()) and (real := shutil.which(tool)):
                 (d / tool).symlink_to(real)
+        if (d / "ovs-vsctl").exists():  # its bridges are the test's, not those of a run on this machine
+            bridges = "\\n".join(how.get("bridges", ()))
+            (d / "ovs-vsctl").unlink()
+            real = shutil.which("ovs-vsctl")
+            (d / "ovs-vsctl").write_text(
+                f'#!/bin/sh\ncase "$*" in *list-br*) printf "{bridges}";; *) exec {real} "$@";; esac\n'
+            )
+            (d / "ovs-vsctl").chmod(0o755)
         (d / "hostname").write_text(f"#!/bin/sh\necho {how.get('name', addr)}\n")
         (d / "hostname").chmod(0o755)
     monkeypatch.setenv("FAKE_BIN", str(tmp_path / "servers"))
@@ -114,6 +122,14 @@ def test_every_missing_piece_is_its_own_line(tmp_path, monkeypatch, need_ovs):
     lines = refusal(["127.0.0.3", "192.0.2.9"], python=tmp_path / "none")
     assert len(lines) == 4, lines
     assert sum("127.0.0.3" in ln for ln in lines) == 3 and sum("192.0.2.9" in ln for ln in lines) == 1
+
+
+def test_leftovers_on_a_server_are_named(tmp_path, monkeypatch, need_ovs):
+    fake_servers(tmp_path, monkeypatch, {"127.0.0.2": {"bridges": ("lf1", "sp2", "br-other")}})
+    lines = refusal(["127.0.0.2"])
+    assert lines == [
+        "server 127.0.0.2: leftovers of an earlier run (bridges lf1 sp2): remove them with `incastlab clean`"
+    ]
 
 
 def test_the_same_server_twice_is_refused_by_the_flag(capsys):

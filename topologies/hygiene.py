@@ -56,8 +56,8 @@ class Leftovers:
     containers: list[str] = _kind(lambda v: f"containers {' '.join(sorted(v, key=natural))}")
     images: list[str] = _kind(lambda v: f"{len(v)} dangling incastlab images")
     vm: list[str] = _kind(lambda v: f"libvirt {' '.join(v)}")  # make vm-check's domain/volume/network
-    # container servers (topologies.testservers) and their network, once their owner is gone
-    servers: list[str] = _kind(lambda v: f"container servers {' '.join(v)}")
+    # container servers (topologies.testservers) once their owner is gone; a crashed cluster run's servers
+    servers: list[str] = _kind(lambda v: f"servers {' '.join(v)}")
 
     def empty(self) -> bool:
         """True when nothing is left."""

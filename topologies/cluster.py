@@ -1,0 +1,327 @@
+"""The fabric over several machines, with Mininet's Cluster Edition (mininet.examples.cluster).
+
+Placement is by leaf: the leaves are split in order into as many blocks as there are servers, and a
+leaf's hosts live on its server; spine k goes to server k (round robin). So what crosses servers is
+only leaf-spine links. Each of those is a VXLAN tunnel (VxlanLink, Cluster Edition's RemoteLink with
+a VXLAN device on each end where RemoteGRELink makes gretap; this machine's kernel has no GRE), one
+VNI per link, UDP 4789 between the two servers' addresses. Every fabric interface, tunnel or veth, has
+MTU 1500 set explicitly, and the underlay must carry 1550 (incastlab.servers checks it), so a tunnel
+never splits or shrinks a frame: a packet-counted buffer counts the same packets as on one machine.
+
+Nodes are Cluster Edition's RemoteHost and RemoteOVSSwitch reached as root over ssh in BatchMode
+(incastlab.servers.ssh_argv: no sudo, the run's marker in every remote shell's environment, so a
+remote `incastlab clean` finds what the run started). Teardown kills the local ssh ends of the node
+shells and runs `incastlab clean` on every server; the servers in use are noted in build/cluster/
+in-use.json until then, so a local `incastlab clean` after a crash cleans them too.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shlex
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
+from typing import Any
+
+from mininet.examples.cluster import MininetCluster, RemoteHost, RemoteLink, RemoteOVSSwitch
+from mininet.link import Link
+from mininet.node import Node
+
+from incastlab.servers import FABRIC_MTU, ROOT, listen_address, preflight_servers, run_on, ssh_argv
+from runmodel.config import ControllerOptions
+from runmodel.fabric import Plan
+from topologies.containers import MARKER, HostRuntime
+from topologies.fabric import Fabric, FabricError, end_node_shells
+from topologies.topo import FabricController, LeafSpineTopo
+
+IN_USE = ROOT / "build" / "cluster" / "in-use.json"
+VXLAN_PORT = 4789
+
+
+def placement(plan: Plan, servers: list[str]) -> dict[str, str]:
+    """node -> server: leaves in order split into len(servers) blocks, each host with its leaf,
+    spine k on server k modulo the number of servers."""
+    leaves = [s.name for s in plan.switches if s.name.startswith("lf")]
+    spines = [s.name for s in plan.switches if s.name.startswith("sp")]
+    n = len(servers)
+    where = {leaf: servers[i * n // len(leaves)] for i, leaf in enumerate(leaves)}
+    where.update({sp: servers[i % n] for i, sp in enumerate(spines)})
+    where.update({h.name: where[h.leaf] for h in plan.hosts})
+    return where
+
+
+class _Remote:
+    """Cluster Edition's remote node, reached as root without sudo, the run's marker passed on."""
+
+    def _popen(self, cmd: Any, sudo: bool = True, tt: bool = True, **params: Any) -> Any:  # noqa: ARG002
+        if isinstance(cmd, str):
+            cmd = cmd.split()
+        if self.isRemote:  # type: ignore[attr-defined]
+            marker = os.environ.get(MARKER, "")
+            cmd = ssh_argv(self.serverIP, "env", f"{MARKER}={marker}", *cmd, tty=tt)  # type: ignore[attr-defined]
+        params.update(preexec_fn=os.setpgrp)
+        return Node._popen(self, cmd, **params)  # type: ignore[arg-type]
+
+
+class ClusterHost(_Remote, RemoteHost):
+    """A host (a network namespace) on its leaf's server."""
+
+
+class ClusterSwitch(_Remote, RemoteOVSSwitch):
+    """An Open vSwitch bridge on its server (userspace or kernel datapath, as the servers have)."""
+
+
+class VxlanLink(RemoteLink):
+    """A link that is a veth pair within a server and a VXLAN tunnel between two (mirrors
+    RemoteGRELink); MTU FABRIC_MTU on both ends either way."""
+
+    vni = 0
+
+    def stop(self) -> None:
+        """Delete both ends (a tunnel end is a device of its own on each server)."""
+        if self.tunnel:
+            self.intf1.delete()
+            self.intf2.delete()
+        else:
+            Link.stop(self)
+        self.tunnel = None
+
+    def makeIntfPair(  # noqa: N802 - Mininet's name
+        self,
+        intfname1: str,
+        intfname2: str,
+        addr1: str | None = None,
+        addr2: str | None = None,
+        node1: Any = None,
+        node2: Any = None,
+        deleteIntfs: bool = True,  # noqa: N803
+    ) -> Any:
+        node1 = self.node1 if node1 is None else node1
+        node2 = self.node2 if node2 is None else node2
+        if node1.server == node2.server:
+            Link.makeIntfPair(intfname1, intfname2, addr1, addr2, node1, node2, deleteIntfs=deleteIntfs)
+            node1.cmd(f"ip link set dev {intfname1} mtu {FABRIC_MTU}")
+            node2.cmd(f"ip link set dev {intfname2} mtu {FABRIC_MTU}")
+            return None
+        type(self).vni += 1
+        for node, name, addr, peer in (
+            (node1, intfname1, addr1, node2),
+            (node2, intfname2, addr2, node1),
+        ):
+            cmd = (
+                f"ip link del {name} 2>/dev/null; ip link add {name} type vxlan id {self.vni} "
+                f"local {node.serverIP} remote {peer.serverIP} dstport {VXLAN_PORT} ttl 64 && "
+                f"ip link set dev {name} mtu {FABRIC_MTU}"
+                + (f" address {addr}" if addr else "")
+                + f" && ip link set dev {name} up && ip link set {name} netns {node.pid}"
+            )
+            proc = run_on(node.serverIP, cmd)
+            if proc.returncode != 0:
+                raise FabricError(f"VXLAN {name} on {node.server}: {proc.stderr.strip()[-200:]}")
+        self.tunnel = 1
+        return None
+
+
+class ClusterFabric(Fabric):
+    """The leaf-spine fabric over `servers` (server -> address; preflight_servers checked them).
+
+    The same plan, names, ports and shaping as Fabric; only where each node lives differs."""
+
+    def __init__(
+        self,
+        plan: Plan,
+        addresses: dict[str, str],
+        controller_port: int = 6653,
+        controller_host: str = "127.0.0.1",
+        hosts: HostRuntime | None = None,
+    ) -> None:
+        super().__init__(plan, controller_port, controller_host, hosts)
+        self.addresses = dict(addresses)
+        self.servers = list(addresses)
+        self.where = placement(plan, self.servers)
+
+    # -- life cycle -------------------------------------------------------------------------
+    def start(self) -> None:
+        """Build the network across the servers, shape every port, as Fabric.start does."""
+        from mininet.log import setLogLevel
+
+        setLogLevel("error")
+        if self.datapath == "auto":
+            kernel = all(run_on(s, "test -d /sys/module/openvswitch").returncode == 0 for s in self.servers)
+            self.datapath = "kernel" if kernel else "user"
+        IN_USE.parent.mkdir(parents=True, exist_ok=True)
+        IN_USE.write_text(
+            json.dumps({"servers": self.servers, "ssh_config": os.environ.get("INCASTLAB_SSH_CONFIG")})
+        )
+        switch = partial(ClusterSwitch, datapath=self.datapath, protocols="OpenFlow13", failMode="secure")
+        controller = partial(FabricController, ip=self.controller_host, port=self.controller_port)
+        try:
+            topo = LeafSpineTopo(self.plan)
+            for node, server in self.where.items():
+                topo.nodeInfo(node).update(server=server, serverIP=self.addresses[server], user="root")
+            home = os.environ.get("HOME")
+            os.environ["HOME"] = str(IN_USE.parent)  # Cluster Edition makes $HOME/.ssh/mn: not the user's
+            try:
+                self.net = MininetCluster(
+                    topo=topo,
+                    servers=self.servers,
+                    serverIP=self.addresses,
+                    user="root",
+                    precheck=False,  # incastlab.servers.preflight_servers did it, without sudo
+                    host=ClusterHost,
+                    switch=switch,
+                    link=VxlanLink,
+                    controller=controller,
+                    autoSetMacs=False,
+                    autoStaticArp=False,
+                    build=False,
+                    waitConnected=False,
+                )
+            finally:
+                if home is not None:
+                    os.environ["HOME"] = home
+            self.net.build()
+            self.net.start()
+            if self.datapath == "user":
+                self._offloads_off()
+            self._shape_switch_ports()
+            self._shape_hosts()
+            self.net.staticArp()
+        except BaseException:
+            self.stop()
+            raise
+
+    def wait_connected(self, timeout: float = 30.0) -> None:
+        """Wait until every switch, on whichever server, reports a connection to the controller."""
+        deadline = time.monotonic() + timeout
+        want = len(self.plan.switches)
+        cmd = "ovs-vsctl --timeout=5 --bare --columns=is_connected list controller"
+        while time.monotonic() < deadline:
+            got = sum(run_on(s, cmd).stdout.split().count("true") for s in self.servers)
+            if got >= want:
+                return
+            time.sleep(0.3)
+        raise FabricError(
+            f"switches did not connect to the controller at {self.controller_host}:{self.controller_port} "
+            f"within {timeout:.0f} s"
+        )
+
+    def stop(self) -> None:
+        """End every node shell, then `incastlab clean` on every server (in parallel, bounded)."""
+        net, self.net = self.net, None
+        try:
+            if net is not None:
+                end_node_shells(net)
+        finally:
+            clean_servers(self.servers)
+
+    # -- access -----------------------------------------------------------------------------
+    def server_of(self, node: str) -> str:
+        """The server that holds a host or switch."""
+        return self.where[node]
+
+    def workload_popen(
+        self,
+        name: str,
+        args: list[str],
+        stdout: Any,
+        stderr: Any,
+        env: dict[str, str] | None = None,
+        python: bool = True,
+    ) -> Any:
+        """Start a workload process in host `name` on its server: this checkout's interpreter and code
+        at the same paths, the environment given, started in this process's working directory."""
+        argv = [sys.executable, *args] if python else list(args)
+        assigns = [f"{k}={v}" for k, v in {"PYTHONPATH": str(ROOT), **(env or {})}.items()]
+        line = f"cd {shlex.quote(os.getcwd())} && exec env {' '.join(map(shlex.quote, assigns))} " + " ".join(
+            map(shlex.quote, argv)
+        )
+        return self.host(name).popen(["sh", "-c", line], stdout=stdout, stderr=stderr)
+
+    # -- configuration ----------------------------------------------------------------------
+    def _shape_switch_ports(self) -> None:
+        """Fabric's shaping (txqueuelen = buffer, one linux-htb queue at the link rate), one ssh call
+        per server for the ports of the switches it holds."""
+        by_server: dict[str, list[str]] = {s: [] for s in self.servers}
+        for k, port in enumerate(self.plan.switch_ports()):
+            bps = int(port.rate_mbit * 1e6)
+            by_server[self.where[port.switch]].append(
+                f"ip link set dev {port.name} txqueuelen {self.spec.buffer_pkts} && "
+                f"ovs-vsctl --timeout=20 -- set port {port.name} qos=@qos{k} -- --id=@qos{k} create qos "
+                f"type=linux-htb other-config:max-rate={bps} external-ids:incastlab=1 queues:0=@q{k} -- "
+                f"--id=@q{k} create queue other-config:max-rate={bps} other-config:min-rate={bps} "
+                f"external-ids:incastlab=1 >/dev/null"
+            )
+
+        def shape(server: str) -> str:
+            proc = run_on(server, " && ".join(by_server[server]) or "true", timeout=120)
+            return "" if proc.returncode == 0 else f"{server}: {proc.stderr.strip()[-200:]}"
+
+        with ThreadPoolExecutor(max_workers=len(self.servers)) as pool:
+            failed = [msg for msg in pool.map(shape, self.servers) if msg]
+        if failed:
+            raise FabricError(f"shaping switch ports failed on {failed[0]}")
+
+
+def clean_servers(servers: list[str], timeout: float = 60) -> dict[str, str]:
+    """`incastlab clean` on every server at once (this checkout's, at the same path); returns what
+    each said. The in-use note goes once every server answered."""
+
+    def clean(server: str) -> str:
+        cmd = f"cd {ROOT} && PYTHONPATH={ROOT} {sys.executable} -m topologies.cluster clean-here"
+        proc = run_on(server, cmd, timeout=timeout)
+        return (proc.stdout + proc.stderr).strip() or f"exit {proc.returncode}"
+
+    if not servers:
+        return {}
+    with ThreadPoolExecutor(max_workers=len(servers)) as pool:
+        said = dict(zip(servers, pool.map(clean, servers), strict=True))
+    IN_USE.unlink(missing_ok=True)
+    return said
+
+
+def servers_in_use() -> list[str]:
+    """The servers a cluster run noted as in use and did not clean (a crash), [] if none."""
+    try:
+        doc = json.loads(IN_USE.read_text())
+    except (OSError, ValueError):
+        return []
+    if doc.get("ssh_config") and not os.environ.get("INCASTLAB_SSH_CONFIG"):
+        os.environ["INCASTLAB_SSH_CONFIG"] = doc["ssh_config"]
+    return [str(s) for s in doc.get("servers", [])]
+
+
+def cluster_fabric(
+    plan: Plan, options: ControllerOptions, say: Any
+) -> tuple[ClusterFabric, ControllerOptions]:
+    """The fabric over options.servers, every server checked first (ServerError, one line per
+    missing piece), and the controller options with OpenFlow on the address the servers reach."""
+    if plan.spec.runtime == "docker":
+        raise FabricError("--runtime docker: with --servers the hosts are namespaces on the servers")
+    addresses = preflight_servers(options.servers, say=say)
+    of_host = listen_address(options.servers, addresses, options.of_host)
+    hosts = HostRuntime("netns", "hosts are namespaces on the servers")
+    fabric = ClusterFabric(plan, addresses, options.of_port, of_host, hosts)
+    return fabric, dataclasses.replace(options, of_host=of_host)
+
+
+def clean_here() -> str:
+    """What a server's own sweep removes (the leftover finder of `incastlab clean`, this machine only:
+    never the other servers, whatever in-use note the mounted checkout holds)."""
+    from topologies.hygiene import find_leftovers, remove
+
+    left = find_leftovers(vm=False)
+    left.servers = []
+    remove(left)
+    after = find_leftovers(vm=False)
+    return f"removed: {left.describe()}" + ("" if after.empty() else f"; still there: {after.describe()}")
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] != ["clean-here"]:
+        sys.exit("usage: python -m topologies.cluster clean-here")
+    print(clean_here())
