@@ -52,7 +52,7 @@ def cmd_fabric(args: argparse.Namespace) -> int:
 
     spec, options = fabric_and_controller(args)
     workdir = Path(args.workdir)
-    with fabric_session(build_plan(spec), options, workdir, progress=say) as sess:
+    with fabric_session(build_plan(spec), options, workdir, progress=say, cluster=True) as sess:
         say(f"dashboard and API: {sess.controller.base}/")
         if not args.no_calibrate:
             cal = calibrate(sess.fabric, seconds=args.seconds, controller=sess.controller, progress=say)

@@ -28,6 +28,12 @@ SSH_CONFIG_ENV = "INCASTLAB_SSH_CONFIG"
 VXLAN_OVERHEAD = 50  # outer Ethernet 14 + IPv4 20 + UDP 8 + VXLAN 8
 FABRIC_MTU = 1500  # every fabric link's MTU, across a tunnel or not
 LOCAL = ("localhost", "127.0.0.1")
+# what reads a host's namespace through its shell's pid on this machine (TCP settings, kernel counters,
+# captures, queue and CPU samplers, probes) is not yet told where a remote host's shell is
+FABRIC_ONLY = (
+    "--servers: only `incastlab fabric` and `incastlab dashboard` run over several machines so far "
+    "(runs read their hosts' namespaces on this machine)"
+)
 
 
 class ServerError(SessionError):

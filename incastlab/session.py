@@ -344,11 +344,10 @@ def runtime_for(cfg: ExperimentConfig, workdir: Path, say: Callable[[str], None]
     ControllerProcess(plan, cfg.controller, workdir).check_ports()
     if short := disk_short(workdir):
         raise SessionError(short)
-    if cfg.controller.servers:  # every server checked before a run folder is made
-        from incastlab.servers import preflight_servers
+    if cfg.controller.servers:
+        from incastlab.servers import FABRIC_ONLY
 
-        preflight_servers(cfg.controller.servers, say=say)
-        return HostRuntime("netns", "hosts are namespaces on the servers")
+        raise SessionError(FABRIC_ONLY)
     hosts = host_runtime(plan, workdir, cfg.stragglers, say=say)
     if any(spec.kind == JOB for spec in cfg.strategy_specs):
         if hosts.runtime != "docker":
@@ -411,8 +410,12 @@ def fabric_session(
     ping: bool = True,
     tcp: tuple[str, float | None] | None = None,
     hosts: HostRuntime | None = None,
+    cluster: bool = False,
 ) -> Iterator[Session]:
     """Start the controller, then the fabric; check reachability; tear both down on any exit.
+
+    cluster: the caller works with a fabric over the controller options' servers (ClusterFabric),
+    whose hosts' shells are not on this machine; any other caller is refused one.
 
     tcp: (congestion control, minimum RTO in ms or None) to set in every host before the ping.
     hosts: what the hosts are (host_runtime); None: the plan's runtime, resolved here.
@@ -426,7 +429,11 @@ def fabric_session(
     preflight(*(tcp or (None, None)), workdir=workdir)
     fabric: Fabric
     if options.servers:  # over several machines: topologies.cluster (servers checked there)
+        from incastlab.servers import FABRIC_ONLY
         from topologies.cluster import cluster_fabric
+
+        if not cluster:
+            raise SessionError(FABRIC_ONLY)
 
         fabric, options = cluster_fabric(plan, options, say)
     else:
