@@ -5,7 +5,7 @@ IL      := .venv/bin/incastlab
 ARGS    ?=
 RUN     ?= results/latest
 
-.PHONY: deps image vm-box vm-check job parallel ecmp paths test test-unit test-integration lint fabric compare straggler mitigate incast report dashboard bench soak clean-net clean
+.PHONY: deps image vm-box vm-check cluster-check job parallel ecmp paths test test-unit test-integration lint fabric compare straggler mitigate incast report dashboard bench soak clean-net clean
 
 deps:            ## install everything (Debian packages, Open vSwitch running, .venv); idempotent
 	bash scripts/deps.sh
@@ -18,6 +18,9 @@ vm-box:          ## a Debian 12 box for vagrant-libvirt, built here, that provis
 
 vm-check:        ## boot the box under libvirt (KVM, else QEMU's TCG), run fabric/compare/DCTCP incast in it
 	bash scripts/vm-check.sh $(ARGS)
+
+cluster-check:   ## the default fabric over 2 container servers (Cluster Edition, VXLAN): ping, RTT, nothing left
+	$(PY) -m incastlab.clustercheck $(ARGS)
 
 test: lint       ## the whole suite: unit, integration (real Mininet/OVS/controller), browser; not vm
 	$(PY) -m pytest -ra --durations=25 $(ARGS)

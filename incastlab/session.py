@@ -435,7 +435,7 @@ def fabric_session(
         if not cluster:
             raise SessionError(FABRIC_ONLY)
 
-        fabric, options = cluster_fabric(plan, options, say)
+        fabric, options = cluster_fabric(plan, options, say, workdir)
     else:
         if hosts is None:
             hosts = host_runtime(plan, workdir, say=say)

@@ -25,6 +25,7 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 from mininet.examples.cluster import MininetCluster, RemoteHost, RemoteLink, RemoteOVSSwitch
@@ -143,6 +144,9 @@ class ClusterFabric(Fabric):
         self.addresses = dict(addresses)
         self.servers = list(addresses)
         self.where = placement(plan, self.servers)
+        self.record: Path | None = None  # cluster.json: servers, placement, tunnels, their counters
+        self.tunnels: list[dict[str, Any]] = []
+        self._cpu0: dict[str, float] = {}
 
     # -- life cycle -------------------------------------------------------------------------
     def start(self) -> None:
@@ -191,6 +195,13 @@ class ClusterFabric(Fabric):
             self._shape_switch_ports()
             self._shape_hosts()
             self.net.staticArp()
+            self.tunnels = [
+                {"a": ln.a, "b": ln.b, "a_server": self.where[ln.a], "b_server": self.where[ln.b]}
+                for ln in self.plan.links
+                if self.where[ln.a] != self.where[ln.b]
+            ]
+            self._cpu0 = self.switch_cpu()
+            self.write_record()
         except BaseException:
             self.stop()
             raise
@@ -215,9 +226,56 @@ class ClusterFabric(Fabric):
         net, self.net = self.net, None
         try:
             if net is not None:
+                self.write_record(final=True)
                 end_node_shells(net)
         finally:
             clean_servers(self.servers)
+
+    # -- what the run folder keeps of the cluster ---------------------------------------------
+    def switch_cpu(self) -> dict[str, float]:
+        """CPU seconds ovs-vswitchd has used so far on each server (user + system, from /proc)."""
+        cmd = "cut -d' ' -f14,15 /proc/$(cat /var/run/openvswitch/ovs-vswitchd.pid)/stat; getconf CLK_TCK"
+        out: dict[str, float] = {}
+        for s in self.servers:
+            words = run_on(s, cmd).stdout.split()
+            if len(words) == 3:
+                out[s] = (int(words[0]) + int(words[1])) / int(words[2])
+        return out
+
+    def tunnel_counters(self) -> dict[str, dict[str, int]]:
+        """Each server's VXLAN devices' packet and drop counters and MTU (`ip -s -j link`), by device."""
+        out: dict[str, dict[str, int]] = {}
+        for s in self.servers:
+            try:
+                links = json.loads(run_on(s, "ip -s -j link show type vxlan").stdout or "[]")
+            except ValueError:
+                continue
+            for link in links:
+                st = link.get("stats64", {})
+                out[link["ifname"]] = {
+                    f"{d}_{k}": int(st.get(d, {}).get(k, 0))
+                    for d in ("rx", "tx")
+                    for k in ("packets", "dropped", "errors")
+                } | {"mtu": int(link.get("mtu", 0))}
+        return out
+
+    def write_record(self, final: bool = False) -> None:
+        """cluster.json in the run's folder: servers, placement, tunnel kind and MTUs, the tunnels; at
+        the end also their counters and each server's switch CPU over the fabric's life."""
+        if self.record is None:
+            return
+        doc: dict[str, Any] = {
+            "servers": self.addresses,
+            "placement": self.where,
+            "tunnel": {"kind": "vxlan", "udp_port": VXLAN_PORT, "fabric_mtu": FABRIC_MTU},
+            "tunnels": self.tunnels,
+            "controller": f"{self.controller_host}:{self.controller_port}",
+        }
+        if final:
+            doc["tunnel_counters"] = self.tunnel_counters()
+            now = self.switch_cpu()
+            doc["switch_cpu_s"] = {s: round(now[s] - self._cpu0.get(s, 0.0), 2) for s in now}
+        self.record.write_text(json.dumps(doc, indent=1))
 
     # -- access -----------------------------------------------------------------------------
     def server_of(self, node: str) -> str:
@@ -296,7 +354,7 @@ def servers_in_use() -> list[str]:
 
 
 def cluster_fabric(
-    plan: Plan, options: ControllerOptions, say: Any
+    plan: Plan, options: ControllerOptions, say: Any, workdir: Path | None = None
 ) -> tuple[ClusterFabric, ControllerOptions]:
     """The fabric over options.servers, every server checked first (ServerError, one line per
     missing piece), and the controller options with OpenFlow on the address the servers reach."""
@@ -306,6 +364,9 @@ def cluster_fabric(
     of_host = listen_address(options.servers, addresses, options.of_host)
     hosts = HostRuntime("netns", "hosts are namespaces on the servers")
     fabric = ClusterFabric(plan, addresses, options.of_port, of_host, hosts)
+    if workdir is not None:
+        workdir.mkdir(parents=True, exist_ok=True)
+        fabric.record = workdir / "cluster.json"
     return fabric, dataclasses.replace(options, of_host=of_host)
 
 
