@@ -51,6 +51,11 @@ def read_host_counters(name: str, pid: int) -> HostCounters:
     )
 
 
+def host_counters(pid: int, name: str) -> HostCounters:
+    """read_host_counters with the pid first: the form Fabric.host_call calls (on the host's machine)."""
+    return read_host_counters(name, pid)
+
+
 def counter_deltas(before: HostCounters, after: HostCounters) -> HostCounters:
     """after - before; `kernel` keeps only the counters that moved (gauges such as TcpCurrEstab are
     differences too: read them as such)."""

@@ -131,7 +131,7 @@ def cmd_experiment(args: argparse.Namespace) -> int:
     error: str | None = None
     code = 0
     try:
-        with run_session(cfg, folder, say, (cfg.cc, None), hosts.mounting(folder.path)) as sess:
+        with run_session(cfg, folder, say, (cfg.cc, None), hosts.mounting(folder.path), cluster=True) as sess:
             env = dataclasses.asdict(sess.environment())
             folder.write_config(cfg, environment=env, **made_by)
             say(f"dashboard: {sess.controller.base}/")

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
-from capture.counters import counter_deltas, read_host_counters
+from capture.counters import counter_deltas, host_counters
 from capture.cpu import CpuSampler
 from capture.pcap import CapturePoint, PcapCapture
 from capture.queue_depth import QueueSampler
@@ -73,19 +73,17 @@ class Recorder:
         )
 
     def _counters(self) -> dict[str, HostCounters]:
-        return {
-            h: read_host_counters(h, self.session.fabric.host(h).shell.pid)
-            for h in self.session.plan.host_names
-        }
+        return {h: self.session.fabric.host_call(h, host_counters, h) for h in self.session.plan.host_names}
 
     def start(self) -> None:
         """Kernel counters before; the queue sampler, the port's first; tcpdump on the capture points."""
         self.before = self._counters()
         ports = [self.port] + sorted(p for p in self.session.plan.port_names() if p != self.port)
-        self.sampler = QueueSampler(
-            ports, self.folder.queue_depth_file, interval=self.queue_sample_ms / 1000.0
-        )
-        self.sampler.start()
+        if self.session.fabric.ports_here:  # a cluster's ports are on its servers: the controller's only
+            self.sampler = QueueSampler(
+                ports, self.folder.queue_depth_file, interval=self.queue_sample_ms / 1000.0
+            )
+            self.sampler.start()
         self.cpu = CpuSampler(self.folder.cpu_file)
         self.cpu.start()
         if self.capture == "none":

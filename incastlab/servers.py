@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from incastlab.session import SessionError
 
@@ -28,12 +29,8 @@ SSH_CONFIG_ENV = "INCASTLAB_SSH_CONFIG"
 VXLAN_OVERHEAD = 50  # outer Ethernet 14 + IPv4 20 + UDP 8 + VXLAN 8
 FABRIC_MTU = 1500  # every fabric link's MTU, across a tunnel or not
 LOCAL = ("localhost", "127.0.0.1")
-# what reads a host's namespace through its shell's pid on this machine (TCP settings, kernel counters,
-# captures, queue and CPU samplers, probes) is not yet told where a remote host's shell is
-FABRIC_ONLY = (
-    "--servers: only `incastlab fabric` and `incastlab dashboard` run over several machines so far "
-    "(runs read their hosts' namespaces on this machine)"
-)
+# commands whose code reaches hosts and ports on this machine directly (probes, incast, ecmp)
+FABRIC_ONLY = "--servers: this command does not run over several machines (fabric, dashboard, compare do)"
 
 
 class ServerError(SessionError):
@@ -82,7 +79,7 @@ class Report:
     values: dict[str, str]
 
 
-def check_script(peers: Sequence[str], python: Path, code: Path) -> str:
+def check_script(peers: Sequence[str], python: Path, code: Path, writable: Path | None = None) -> str:
     """The shell that reports a server's state as key=value lines (run in one ssh call)."""
     lines = [
         "echo machine=$(cat /etc/machine-id 2>/dev/null)-$(hostname)",
@@ -92,6 +89,8 @@ def check_script(peers: Sequence[str], python: Path, code: Path) -> str:
         f"test -f {code}/incastlab/cli.py && echo code=ok",
         "echo bridges=$(ovs-vsctl --timeout=3 list-br 2>/dev/null | grep -E '^(sp|lf)[0-9]+$')",
     ]
+    if writable is not None:
+        lines.append(f"test -d {writable} && test -w {writable} && echo writable=ok")
     for peer in peers:  # the MTU of the interface each tunnel leaves by
         lines.append(
             f"dev=$(ip route get {peer} 2>/dev/null | grep -o 'dev [^ ]*' | cut -d' ' -f2); "
@@ -100,9 +99,11 @@ def check_script(peers: Sequence[str], python: Path, code: Path) -> str:
     return "; ".join(f"{{ {line}; }}" for line in lines) + "; true"
 
 
-def ask(server: str, peers: Sequence[str], python: Path, code: Path) -> Report | str:
+def ask(
+    server: str, peers: Sequence[str], python: Path, code: Path, writable: Path | None = None
+) -> Report | str:
     """The server's report, or the line saying it cannot be reached."""
-    proc = run_on(server, check_script(peers, python, code))
+    proc = run_on(server, check_script(peers, python, code, writable))
     if proc.returncode != 0:
         said = (proc.stderr or proc.stdout).strip().splitlines()
         why = said[-1] if said else f"ssh exit {proc.returncode}"
@@ -111,7 +112,9 @@ def ask(server: str, peers: Sequence[str], python: Path, code: Path) -> Report |
     return Report(server, values)
 
 
-def judge(report: Report, python: Path, code: Path, unreachable: Sequence[str] = ()) -> list[str]:
+def judge(
+    report: Report, python: Path, code: Path, unreachable: Sequence[str] = (), writable: Path | None = None
+) -> list[str]:
     """One line per missing piece of a server that answered (the MTU toward a server that did not
     answer is not judged: that server has its own line)."""
     s, v = report.server, report.values
@@ -124,6 +127,8 @@ def judge(report: Report, python: Path, code: Path, unreachable: Sequence[str] =
         lines.append(f"server {s}: no venv at {python} (the checkout and its venv at the same paths)")
     if v.get("code") != "ok":
         lines.append(f"server {s}: no incastlab code at {code}")
+    if writable is not None and v.get("writable") != "ok":
+        lines.append(f"server {s}: cannot write the results folder {writable} (share it at the same path)")
     if v.get("bridges"):
         lines.append(
             f"server {s}: leftovers of an earlier run (bridges {v['bridges']}): remove them with "
@@ -144,6 +149,7 @@ def preflight_servers(
     python: Path | None = None,
     code: Path = ROOT,
     say: Callable[[str], None] | None = None,
+    writable: Path | None = None,
 ) -> dict[str, str]:
     """Check every server before anything is built; returns server -> its IPv4 address.
 
@@ -165,7 +171,10 @@ def preflight_servers(
         addresses[s] = ip
     with ThreadPoolExecutor(max_workers=max(1, len(addresses))) as pool:
         answers = list(
-            pool.map(lambda s: ask(s, [ip for o, ip in addresses.items() if o != s], python, code), addresses)
+            pool.map(
+                lambda s: ask(s, [ip for o, ip in addresses.items() if o != s], python, code, writable),
+                addresses,
+            )
         )
     seen: dict[str, str] = {}
     down = [addresses[s] for s, a in zip(addresses, answers, strict=True) if isinstance(a, str)]
@@ -173,7 +182,7 @@ def preflight_servers(
         if isinstance(answer, str):
             lines.append(answer)
             continue
-        lines += judge(answer, python, code, down)
+        lines += judge(answer, python, code, down, writable)
         machine = answer.values.get("machine", "")
         if machine and machine in seen:
             lines.append(
@@ -204,3 +213,19 @@ def listen_address(servers: Sequence[str], addresses: dict[str, str], of_host: s
     if not found:
         raise ServerError([f"no route from this machine to server {remote[0]} for the OpenFlow listener"])
     return found.group(1)
+
+
+def refuse_for_cluster(cfg: Any, results: Path, say: Callable[[str], None]) -> Any:
+    """A run over cfg.controller.servers: what it cannot do yet refused in one line (captures and the
+    queue sampler need the ports on this machine; jobs, stragglers and faults act on local hosts),
+    then every server checked, the results folder writable on each at the same path. Returns the
+    hosts' runtime (namespaces on the servers)."""
+    from runmodel.strategy import JOB
+    from topologies.containers import HostRuntime
+
+    if cfg.capture != "none":
+        raise ServerError(["--servers: captures run on this machine's ports so far: give --capture none"])
+    if cfg.faults or cfg.stragglers or any(s.kind == JOB for s in cfg.strategy_specs):
+        raise ServerError(["--servers: faults, stragglers and jobs do not run over several machines yet"])
+    preflight_servers(cfg.controller.servers, say=say, writable=Path(results).resolve())
+    return HostRuntime("netns", "hosts are namespaces on the servers")

@@ -200,10 +200,11 @@ class Session:
         names = hosts or self.plan.host_names
         for name in names:
             host = self.plan.host(name)
-            pid = self.fabric.host(name).shell.pid
-            hosttcp.apply(pid, host.nic, host.ip, cc, rto_min_ms, quickack=name in quickack)
+            self.fabric.host_call(
+                name, hosttcp.apply, host.nic, host.ip, cc, rto_min_ms, quickack=name in quickack
+            )
         asked_us = None if rto_min_ms is None else round(rto_min_ms * 1000)  # the sysctl is in µs
-        read = {h: hosttcp.read(self.fabric.host(h).shell.pid) for h in (names if check is None else check)}
+        read = {h: self.fabric.host_call(h, hosttcp.read) for h in (names if check is None else check)}
         for h, got in read.items():
             got_us = None if got.rto_min_ms is None else round(got.rto_min_ms * 1000)
             if (
@@ -220,7 +221,7 @@ class Session:
     def host_tcp(self) -> dict[str, Any]:
         """Every host's congestion control and minimum RTO as its kernel reports them now."""
         return {
-            name: dataclasses.asdict(hosttcp.read(self.fabric.host(name).shell.pid))
+            name: dataclasses.asdict(self.fabric.host_call(name, hosttcp.read))
             for name in self.plan.host_names
         }
 
@@ -233,7 +234,7 @@ class Session:
 
     def environment(self) -> RunEnvironment:
         """What the machine gave this session: datapath, kernel, cores, the hosts' TCP and runtime."""
-        tcp = hosttcp.read(self.fabric.host(self.plan.host_names[0]).shell.pid)
+        tcp = self.fabric.host_call(self.plan.host_names[0], hosttcp.read)
         rt = self.fabric.hosts_runtime
         return RunEnvironment(
             datapath=self.fabric.datapath,
@@ -344,10 +345,10 @@ def runtime_for(cfg: ExperimentConfig, workdir: Path, say: Callable[[str], None]
     ControllerProcess(plan, cfg.controller, workdir).check_ports()
     if short := disk_short(workdir):
         raise SessionError(short)
-    if cfg.controller.servers:
-        from incastlab.servers import FABRIC_ONLY
+    if cfg.controller.servers:  # every server checked, and what a cluster run cannot do yet refused
+        from incastlab.servers import refuse_for_cluster
 
-        raise SessionError(FABRIC_ONLY)
+        return refuse_for_cluster(cfg, workdir, say)
     hosts = host_runtime(plan, workdir, cfg.stragglers, say=say)
     if any(spec.kind == JOB for spec in cfg.strategy_specs):
         if hosts.runtime != "docker":
@@ -387,6 +388,7 @@ def run_session(
     say: Callable[[str], None],
     tcp: tuple[str, float | None],
     hosts: HostRuntime | None = None,
+    cluster: bool = False,
 ) -> AbstractContextManager[Session]:
     """fabric_session for a run: the config's plan and controller, the folder's controller record."""
     return fabric_session(
@@ -397,6 +399,7 @@ def run_session(
         progress=say,
         tcp=tcp,
         hosts=hosts,
+        cluster=cluster,
     )
 
 

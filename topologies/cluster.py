@@ -18,11 +18,13 @@ in-use.json until then, so a local `incastlab clean` after a crash cleans them t
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import json
 import os
 import shlex
 import sys
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
@@ -63,7 +65,9 @@ class _Remote:
             cmd = cmd.split()
         if self.isRemote:  # type: ignore[attr-defined]
             marker = os.environ.get(MARKER, "")
-            cmd = ssh_argv(self.serverIP, "env", f"{MARKER}={marker}", *cmd, tty=tt)  # type: ignore[attr-defined]
+            # ssh joins its arguments into one line for the remote shell: quote each one
+            line = shlex.join(["env", f"{MARKER}={marker}", *map(str, cmd)])
+            cmd = ssh_argv(self.serverIP, line, tty=tt)  # type: ignore[attr-defined]
         params.update(preexec_fn=os.setpgrp)
         return Node._popen(self, cmd, **params)  # type: ignore[arg-type]
 
@@ -131,6 +135,8 @@ class ClusterFabric(Fabric):
     """The leaf-spine fabric over `servers` (server -> address; preflight_servers checked them).
 
     The same plan, names, ports and shaping as Fabric; only where each node lives differs."""
+
+    ports_here = False
 
     def __init__(
         self,
@@ -300,6 +306,30 @@ class ClusterFabric(Fabric):
         )
         return self.host(name).popen(["sh", "-c", line], stdout=stdout, stderr=stderr)
 
+    def host_call(self, name: str, func: Callable[..., Any], *args: Any, **kw: Any) -> Any:
+        """func(pid, *args, **kw) run on the server of host `name` with the pid of its shell there
+        (this checkout's interpreter at the same path), arguments and result through JSON; a
+        dataclass result comes back as the same dataclass. Local for a host on this machine."""
+        node = self.host(name)
+        if not node.isRemote:
+            return func(node.shell.pid, *args, **kw)
+        call = json.dumps(
+            {"module": func.__module__, "func": func.__qualname__, "args": [node.pid, *args], "kw": kw}
+        )
+        proc = run_on(
+            node.serverIP,
+            f"cd {ROOT} && PYTHONPATH={ROOT} {sys.executable} -m topologies.cluster call {shlex.quote(call)}",
+        )
+        if proc.returncode != 0:
+            raise FabricError(
+                f"{name}: {func.__qualname__} on {node.server} failed: {proc.stderr.strip()[-300:]}"
+            )
+        doc = json.loads(proc.stdout.strip().splitlines()[-1])
+        if doc is None or "type" not in doc:
+            return doc
+        module, _, qual = doc["type"].rpartition(":")
+        return getattr(importlib.import_module(module), qual)(**doc["fields"])
+
     # -- configuration ----------------------------------------------------------------------
     def _shape_switch_ports(self) -> None:
         """Fabric's shaping (txqueuelen = buffer, one linux-htb queue at the link rate), one ssh call
@@ -382,7 +412,21 @@ def clean_here() -> str:
     return f"removed: {left.describe()}" + ("" if after.empty() else f"; still there: {after.describe()}")
 
 
+def call_here(request: str) -> str:
+    """Run one host_call request (JSON) on this machine; the result as JSON (a dataclass with its type)."""
+    req = json.loads(request)
+    func = getattr(importlib.import_module(req["module"]), req["func"])
+    out = func(*req["args"], **req["kw"])
+    if dataclasses.is_dataclass(out) and not isinstance(out, type):
+        cls = type(out)
+        return json.dumps({"type": f"{cls.__module__}:{cls.__qualname__}", "fields": dataclasses.asdict(out)})
+    return json.dumps(out)
+
+
 if __name__ == "__main__":
-    if sys.argv[1:] != ["clean-here"]:
-        sys.exit("usage: python -m topologies.cluster clean-here")
-    print(clean_here())
+    if sys.argv[1:2] == ["call"] and len(sys.argv) == 3:
+        print(call_here(sys.argv[2]))
+    elif sys.argv[1:] == ["clean-here"]:
+        print(clean_here())
+    else:
+        sys.exit("usage: python -m topologies.cluster clean-here | call JSON")

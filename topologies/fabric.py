@@ -17,6 +17,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -181,6 +182,8 @@ class Fabric:
     a failed start, and removes every bridge and veth of the fabric.
     """
 
+    ports_here = True  # the switch ports are interfaces of this machine (a cluster's are not)
+
     def __init__(
         self,
         plan: Plan,
@@ -317,6 +320,12 @@ class Fabric:
         argv = [sys.executable, *args] if python else list(args)
         full_env = dict(os.environ, **(env or {})) if env else None
         return self.host(name).popen(argv, stdout=stdout, stderr=stderr, env=full_env)
+
+    def host_call(self, name: str, func: Callable[..., Any], *args: Any, **kw: Any) -> Any:
+        """func(pid, *args, **kw) with the pid of host `name`'s shell: what reads or sets a host's
+        namespace through /proc/<pid> (hosttcp, capture.counters). A fabric whose hosts live on
+        other machines runs it there (topologies.cluster)."""
+        return func(self.host(name).shell.pid, *args, **kw)
 
     def set_cpu(self, name: str, share: float | None) -> None:
         """Change host `name`'s CPU share at run time (the `cpu` fault): the container's limit, or a
