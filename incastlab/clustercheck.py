@@ -1,11 +1,12 @@
 """`make cluster-check`: the default fabric over two container servers, checked end to end.
 
-Builds (or finds) the server image, starts N container servers (topologies.testservers), brings the
-default leaf-spine fabric up over them with `--servers` (the session's all-pairs ping must lose
-nothing), measures ping RTT within a server and across the tunnel, takes the fabric down, and then
-asks every server directly (ovs-vsctl, ip link, pgrep: not the leftover finder) whether anything is
-left, removes the servers and their network, and checks this machine the same way. Writes
-check.json (figures and what was found) into --workdir and exits 1 if anything was left.
+Builds (or finds) the server image, starts N container servers (topologies.testservers) with the
+check's folder mounted in each, brings the default leaf-spine fabric up over them with `--servers`
+(the session's all-pairs ping must lose nothing), measures ping RTT within a server and across the
+tunnel, takes the fabric down, runs a short `incastlab compare --servers` (ps and ring, --capture
+none) into the same folder, then asks every server directly (ovs-vsctl, ip link, pgrep: not the
+leftover finder) whether anything is left, removes the servers and their network, and checks this
+machine the same way. Writes check.json into --workdir; exits 1 if a step failed or anything was left.
 """
 
 from __future__ import annotations
@@ -69,15 +70,16 @@ def left_here() -> dict[str, str]:
     }
 
 
-def run_check(n: int, workdir: Path) -> dict[str, Any]:
+def run_check(n: int, workdir: Path, steps: int) -> dict[str, Any]:
     """The whole check; returns what check.json holds."""
     from incastlab.session import fabric_session
 
+    workdir = workdir.resolve()
     workdir.mkdir(parents=True, exist_ok=True)
     testservers.build_image(say)
     doc: dict[str, Any] = {"servers": n}
     t0 = time.monotonic()
-    servers = testservers.start(n, say)
+    servers = testservers.start(n, say, mount=(workdir,))
     try:
         ips = [s.ip for s in servers]
         plan = build_plan(FabricSpec())
@@ -101,6 +103,8 @@ def run_check(n: int, workdir: Path) -> dict[str, Any]:
             }
             say(f"rtt: {json.dumps(doc['rtt'])}")
         doc["cluster"] = json.loads((workdir / "cluster.json").read_text())
+        if steps:
+            doc["compare"] = compare(ips, workdir, steps)
         doc["left_on_servers"] = {ip: left_on(ip) for ip in ips}
     finally:
         testservers.stop()
@@ -110,12 +114,27 @@ def run_check(n: int, workdir: Path) -> dict[str, Any]:
     return doc
 
 
+def compare(ips: list[str], workdir: Path, steps: int) -> dict[str, Any]:
+    """`incastlab compare --servers` (ps, ring; no captures: they need the ports here) into workdir;
+    its exit code and run folder."""
+    argv = [sys.executable, "-m", "incastlab.cli", "compare", "--servers", ",".join(ips)]
+    argv += ["--steps", str(steps), "--capture", "none", "--results", str(workdir), "--name", "cluster"]
+    say(f"compare over the servers: {' '.join(argv[3:])}")
+    proc = subprocess.run(argv, stdout=subprocess.PIPE, text=True, timeout=600)
+    print(proc.stdout, end="", flush=True)
+    runs = sorted(workdir.glob("*-cluster"))
+    return {"exit": proc.returncode, "run": str(runs[-1]) if runs else None}
+
+
 def dirty(doc: dict[str, Any]) -> list[str]:
     """Lines naming what the check found left (none: clean)."""
     lines = [
-        f"server {ip}: {k} {v}" for ip, left in doc["left_on_servers"].items() for k, v in left.items() if v
+        f"left on server {ip}: {k} {v}"
+        for ip, left in doc["left_on_servers"].items()
+        for k, v in left.items()
+        if v
     ]
-    lines += [f"this machine: {k} {v}" for k, v in doc["left_here"].items() if v]
+    lines += [f"left on this machine: {k} {v}" for k, v in doc["left_here"].items() if v]
     return lines
 
 
@@ -123,19 +142,22 @@ def main(argv: list[str] | None = None) -> int:
     """Run the check; exit 1 when anything was left or the fabric failed."""
     p = argparse.ArgumentParser(prog="make cluster-check", description=__doc__.split("\n\n")[0])
     p.add_argument("--servers", type=int, default=2, help="container servers (default: 2)")
-    p.add_argument("--workdir", default="results/cluster-check", help="where check.json goes")
+    p.add_argument("--workdir", default="results/cluster-check", help="where check.json and the run go")
+    p.add_argument("--steps", type=int, default=4, help="training steps of the compare (0: no compare)")
     args = p.parse_args(argv)
     from incastlab.session import SessionError, mark_run
 
     mark_run()
     try:
-        doc = run_check(args.servers, Path(args.workdir))
+        doc = run_check(args.servers, Path(args.workdir), args.steps)
     except (SessionError, RuntimeError) as exc:
         print(f"cluster-check: {exc}", file=sys.stderr)
         return 1
     lines = dirty(doc)
+    if doc.get("compare", {}).get("exit", 0) != 0:
+        lines.append(f"the compare over the servers failed (exit {doc['compare']['exit']})")
     for line in lines:
-        print(f"cluster-check: left behind: {line}", file=sys.stderr)
+        print(f"cluster-check: {line}", file=sys.stderr)
     say(f"cluster-check: {'FAILED' if lines else 'ok'} in {doc['seconds']} s; {args.workdir}/check.json")
     return 1 if lines else 0
 

@@ -1,9 +1,11 @@
-"""`make cluster-check`: the default fabric over two container servers with Cluster Edition.
+"""`make cluster-check`: the default fabric over two container servers with Cluster Edition, and a
+short compare over them.
 
 The check starts its own servers and network and removes them; the assertions read its check.json
-against independent oracles (the plan's wiring, a hand count of the links that must cross servers,
-the VXLAN devices' kernel counters, ping's own summaries) and ask docker and the kernel directly
-that nothing is left.
+and the compare's run folder against independent oracles (the plan's wiring, a hand count of the
+links that must cross servers, the VXLAN devices' kernel counters, ping's own summaries, the
+switches' queue counters as the controller polled them, the workers' own step records) and ask
+docker and the kernel directly that nothing is left.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ def test_cluster_check_over_two_container_servers(tmp_path):
             [sys.executable, "-m", "incastlab.clustercheck", "--workdir", str(tmp_path)],
             capture_output=True,
             text=True,
-            timeout=170,
+            timeout=240,
             cwd=ROOT,
         )
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -62,6 +64,23 @@ def test_cluster_check_over_two_container_servers(tmp_path):
     for pair, rtt in doc["rtt"].items():
         assert rtt["loss_pct"] == 0.0 and rtt["avg_ms"] > 0, pair
 
+    # the compare over the servers tells the one-machine story
+    run = Path(doc["compare"]["run"])
+    assert doc["compare"]["exit"] == 0
+    config = json.loads((run / "config.json").read_text())
+    assert config["controller"]["servers"] == [testservers.server_ip(1), testservers.server_ip(2)]
+    assert json.loads((run / "cluster.json").read_text())["placement"] == cluster["placement"]
+    ps_port = plan.ps_port.name
+    drops = {s: port_queue_drops(run / s / "timeseries.jsonl", ps_port) for s in ("ps", "ring")}
+    assert drops["ps"] > 0 and drops["ring"] == 0, drops  # incast at the PS port only under ps
+    steps = {s: worker_steps(run / s) for s in ("ps", "ring")}
+    mean = {
+        s: sum(t for rec in v.values() for t, _ in rec) / sum(map(len, v.values())) for s, v in steps.items()
+    }
+    assert mean["ps"] > mean["ring"], mean  # PS slower than ring
+    final = {s: {w: rec[-1][1] for w, rec in v.items()} for s, v in steps.items()}
+    assert final["ps"] == final["ring"] and len(final["ps"]) == 7, final  # the same last loss, rank by rank
+
     # nothing left on the servers (asked before they were removed) nor here (asked now, directly)
     assert all(not v for left in doc["left_on_servers"].values() for v in left.values()), doc[
         "left_on_servers"
@@ -78,3 +97,23 @@ def test_cluster_check_over_two_container_servers(tmp_path):
     assert not Path(f"/sys/class/net/{testservers.BRIDGE}").exists()
     vx = subprocess.run(["ip", "-o", "link", "show", "type", "vxlan"], capture_output=True, text=True)
     assert vx.stdout.strip() == ""
+
+
+def port_queue_drops(timeseries: Path, port: str) -> int:
+    """Drops the switch counted at `port`'s queue within one strategy's window (last poll - first)."""
+    rows = [json.loads(ln) for ln in timeseries.read_text().splitlines() if ln.strip()]
+    seen = [r["drops"] for r in rows if r.get("kind") == "queue" and r.get("name") == port]
+    assert seen, f"no queue samples of {port} in {timeseries}"
+    return max(seen) - min(seen)
+
+
+def worker_steps(folder: Path) -> dict[str, list[tuple[float, float]]]:
+    """Per worker, (iteration time, loss) of its steps in step order, from its own records."""
+    out = {}
+    for f in sorted(folder.glob("worker-*.jsonl")):
+        recs = [json.loads(ln) for ln in f.read_text().splitlines() if ln.strip()]
+        steps = sorted(
+            (r["step"], r["t_end"] - r["t_start"], round(r["loss"], 5)) for r in recs if "loss" in r
+        )
+        out[f.stem] = [(t, loss) for _, t, loss in steps]
+    return out
