@@ -113,8 +113,10 @@ def test_one_machine_under_two_addresses_is_refused(tmp_path, monkeypatch, need_
 
 def test_one_address_under_two_names_is_refused(tmp_path, monkeypatch, need_ovs):
     fake_servers(tmp_path, monkeypatch, {"127.0.0.2": {}})
-    lines = refusal(["127.0.0.2", "localhost", "127.0.0.1"])
-    assert lines == ["server 127.0.0.1: the same machine as localhost (127.0.0.1): name each machine once"]
+    lines = refusal(["127.0.0.2", "127.000.000.002"])  # a second spelling that resolves to the first
+    assert lines == [
+        "server 127.000.000.002: the same machine as 127.0.0.2 (127.0.0.2): name each machine once"
+    ]
 
 
 def test_every_missing_piece_is_its_own_line(tmp_path, monkeypatch, need_ovs):
@@ -138,3 +140,40 @@ def test_the_same_server_twice_is_refused_by_the_flag(capsys):
     assert main(["fabric", "--servers", "s1,s1", "--no-calibrate"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["incastlab fabric: --servers names s1 twice: each machine once"]
+
+
+def test_placement_is_by_leaf():
+    from runmodel.fabric import FabricSpec, build_plan
+    from topologies.cluster import placement
+
+    plan = build_plan(FabricSpec())  # 4 leaves of 2 hosts under 2 spines
+    where = placement(plan, ["a", "b", "c"])
+    # leaves in order, split in 3 blocks: lf1, lf2 | lf3 | lf4 (i * 3 // 4 = 0, 0, 1, 2)
+    assert [where[f"lf{k}"] for k in (1, 2, 3, 4)] == ["a", "a", "b", "c"]
+    assert [where["sp1"], where["sp2"]] == ["a", "b"]
+    assert all(where[h.name] == where[h.leaf] for h in plan.hosts)
+
+
+@pytest.mark.parametrize(
+    ("flags", "line"),
+    [
+        ([], "--servers: captures run on this machine's ports so far: give --capture none"),
+        (
+            ["--capture", "none", "--fault", "link-down:lf1-eth1@5s"],
+            "--servers: faults, stragglers and jobs do not run over several machines yet",
+        ),
+    ],
+)
+def test_a_run_over_servers_refuses_what_it_cannot_do(tmp_path, flags, line):
+    from incastlab.cli import build_parser
+    from incastlab.cliflags import config_from_args
+    from incastlab.servers import refuse_for_cluster
+    from runmodel.config import load_scenario
+
+    ns = build_parser().parse_args(["compare", "--servers", "192.0.2.1", *flags])
+    cfg = config_from_args(
+        ns, load_scenario(Path(__file__).parent.parent / "incastlab/scenarios/compare.json")
+    )
+    with pytest.raises(ServerError) as info:
+        refuse_for_cluster(cfg, tmp_path, print)
+    assert info.value.lines == [line]
