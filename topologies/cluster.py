@@ -34,11 +34,12 @@ from mininet.examples.cluster import MininetCluster, RemoteHost, RemoteLink, Rem
 from mininet.link import Link
 from mininet.node import Node
 
-from incastlab.servers import FABRIC_MTU, ROOT, listen_address, preflight_servers, run_on, ssh_argv
+from incastlab.servers import FABRIC_MTU, LOCAL, ROOT, listen_address, preflight_servers, run_on, ssh_argv
 from runmodel.config import ControllerOptions
 from runmodel.fabric import Plan
 from topologies.containers import MARKER, HostRuntime
 from topologies.fabric import Fabric, FabricError, end_node_shells
+from topologies.hygiene import sweep_fabric
 from topologies.topo import FabricController, LeafSpineTopo
 
 IN_USE = ROOT / "build" / "cluster" / "in-use.json"
@@ -235,7 +236,9 @@ class ClusterFabric(Fabric):
                 self.write_record(final=True)
                 end_node_shells(net)
         finally:
-            clean_servers(self.servers)
+            if any(s in LOCAL for s in self.servers):  # this machine: the one-machine sweep, this plan's
+                sweep_fabric(self.plan)
+            clean_servers([s for s in self.servers if s not in LOCAL])
 
     # -- what the run folder keeps of the cluster ---------------------------------------------
     def switch_cpu(self) -> dict[str, float]:
@@ -365,6 +368,7 @@ def clean_servers(servers: list[str], timeout: float = 60) -> dict[str, str]:
         return (proc.stdout + proc.stderr).strip() or f"exit {proc.returncode}"
 
     if not servers:
+        IN_USE.unlink(missing_ok=True)
         return {}
     with ThreadPoolExecutor(max_workers=len(servers)) as pool:
         said = dict(zip(servers, pool.map(clean, servers), strict=True))
