@@ -4,7 +4,8 @@ Builds (or finds) the server image, starts N container servers (topologies.tests
 check's folder mounted in each, brings the default leaf-spine fabric up over them with `--servers`
 (the session's all-pairs ping must lose nothing), measures ping RTT within a server and across the
 tunnel, takes the fabric down, runs a short `incastlab compare --servers` (ps and ring, --capture
-none) into the same folder, then asks every server directly (ovs-vsctl, ip link, pgrep: not the
+none) into the same folder, ends a `fabric --hold` by Ctrl-C and another by SIGKILL and
+`incastlab clean`, then asks every server directly (ovs-vsctl, ip link, pgrep: not the
 leftover finder) whether anything is left, removes the servers and their network, and checks this
 machine the same way. Writes check.json into --workdir; exits 1 if a step failed or anything was left.
 """
@@ -105,6 +106,7 @@ def run_check(n: int, workdir: Path, steps: int) -> dict[str, Any]:
         doc["cluster"] = json.loads((workdir / "cluster.json").read_text())
         if steps:
             doc["compare"] = compare(ips, workdir, steps)
+        doc["interrupted"] = interrupted(ips, workdir)
         doc["left_on_servers"] = {ip: left_on(ip) for ip in ips}
     finally:
         testservers.stop()
@@ -126,6 +128,34 @@ def compare(ips: list[str], workdir: Path, steps: int) -> dict[str, Any]:
     return {"exit": proc.returncode, "run": str(runs[-1]) if runs else None}
 
 
+def interrupted(ips: list[str], workdir: Path) -> dict[str, Any]:
+    """`incastlab fabric --servers --hold` ended by Ctrl-C (SIGINT), then again by SIGKILL followed by
+    `incastlab clean`: its exit codes, and what each server held after each."""
+    import signal
+
+    out: dict[str, Any] = {}
+    argv = [sys.executable, "-m", "incastlab.cli", "fabric", "--servers", ",".join(ips), "--hold"]
+    argv += ["--no-calibrate", "--workdir", str(workdir / "held")]
+    for sig in (signal.SIGINT, signal.SIGKILL):
+        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        assert proc.stderr is not None
+        for line in proc.stderr:  # until the fabric is up (or the command ended)
+            if "fabric is up" in line:
+                break
+        proc.send_signal(sig)
+        name = signal.Signals(sig).name
+        out[f"{name}_exit"] = proc.wait(timeout=120)
+        if sig == signal.SIGKILL:
+            out["held_before_clean"] = {ip: left_on(ip)["bridges"] for ip in ips}
+            cleaned = subprocess.run(
+                [sys.executable, "-m", "incastlab.cli", "clean"], capture_output=True, text=True
+            )
+            out["clean_exit"] = cleaned.returncode
+        out[f"left_after_{name}"] = {ip: left_on(ip) for ip in ips}
+        say(f"fabric --hold ended by {name}: exit {out[f'{name}_exit']}")
+    return out
+
+
 def dirty(doc: dict[str, Any]) -> list[str]:
     """Lines naming what the check found left (none: clean)."""
     lines = [
@@ -135,6 +165,11 @@ def dirty(doc: dict[str, Any]) -> list[str]:
         if v
     ]
     lines += [f"left on this machine: {k} {v}" for k, v in doc["left_here"].items() if v]
+    for key, held in doc.get("interrupted", {}).items():
+        if key.startswith("left_after_"):
+            lines += [
+                f"{key}: server {ip}: {k} {v}" for ip, left in held.items() for k, v in left.items() if v
+            ]
     return lines
 
 

@@ -31,7 +31,7 @@ def test_cluster_check_over_two_container_servers(tmp_path):
             [sys.executable, "-m", "incastlab.clustercheck", "--workdir", str(tmp_path)],
             capture_output=True,
             text=True,
-            timeout=240,
+            timeout=280,
             cwd=ROOT,
         )
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -80,6 +80,13 @@ def test_cluster_check_over_two_container_servers(tmp_path):
     assert mean["ps"] > mean["ring"], mean  # PS slower than ring
     final = {s: {w: rec[-1][1] for w, rec in v.items()} for s, v in steps.items()}
     assert final["ps"] == final["ring"] and len(final["ps"]) == 7, final  # the same last loss, rank by rank
+
+    # Ctrl-C takes the fabric down on every server; after a SIGKILL, `incastlab clean` does
+    held = doc["interrupted"]
+    assert held["SIGINT_exit"] == 130 and held["SIGKILL_exit"] == -9 and held["clean_exit"] == 0
+    assert all(b.split() for b in held["held_before_clean"].values())  # the kill left bridges there
+    for key in ("left_after_SIGINT", "left_after_SIGKILL"):
+        assert all(not v for left in held[key].values() for v in left.values()), (key, held[key])
 
     # nothing left on the servers (asked before they were removed) nor here (asked now, directly)
     assert all(not v for left in doc["left_on_servers"].values() for v in left.values()), doc[
