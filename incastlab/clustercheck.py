@@ -22,10 +22,10 @@ from pathlib import Path
 from typing import Any
 
 from incastlab.cliflags import say
-from incastlab.servers import run_on
 from runmodel.config import ControllerOptions
 from runmodel.fabric import FabricSpec, build_plan
 from topologies import testservers
+from topologies.servers import run_on
 
 REMOTE_LEFT = (
     "echo bridges=$(ovs-vsctl --timeout=3 list-br | tr '\\n' ' '); "

@@ -346,7 +346,7 @@ def runtime_for(cfg: ExperimentConfig, workdir: Path, say: Callable[[str], None]
     if short := disk_short(workdir):
         raise SessionError(short)
     if cfg.controller.servers:  # every server checked, and what a cluster run cannot do yet refused
-        from incastlab.servers import refuse_for_cluster
+        from topologies.servers import refuse_for_cluster
 
         return refuse_for_cluster(cfg, workdir, say)
     hosts = host_runtime(plan, workdir, cfg.stragglers, say=say)
@@ -432,8 +432,8 @@ def fabric_session(
     preflight(*(tcp or (None, None)), workdir=workdir)
     fabric: Fabric
     if options.servers:  # over several machines: topologies.cluster (servers checked there)
-        from incastlab.servers import FABRIC_ONLY
         from topologies.cluster import cluster_fabric
+        from topologies.servers import FABRIC_ONLY
 
         if not cluster:
             raise SessionError(FABRIC_ONLY)

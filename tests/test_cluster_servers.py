@@ -1,4 +1,4 @@
-"""The cluster's server checks (incastlab.servers.preflight_servers) refuse bad input in one line per
+"""The cluster's server checks (topologies.servers.preflight_servers) refuse bad input in one line per
 missing piece, before anything is built.
 
 ssh is faked by a script first on PATH (a faked process, as the rules allow): it refuses 192.0.2.*
@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 
 from incastlab.cli import main
-from incastlab.servers import ServerError, preflight_servers
 from runmodel.config import ControllerOptions
 from runmodel.params import ParamError
+from topologies.servers import ServerError, preflight_servers
 
 FAKE_SSH = """#!/bin/sh
 while [ $# -gt 0 ]; do
@@ -167,8 +167,8 @@ def test_placement_is_by_leaf():
 def test_a_run_over_servers_refuses_what_it_cannot_do(tmp_path, flags, line):
     from incastlab.cli import build_parser
     from incastlab.cliflags import config_from_args
-    from incastlab.servers import refuse_for_cluster
     from runmodel.config import load_scenario
+    from topologies.servers import refuse_for_cluster
 
     ns = build_parser().parse_args(["compare", "--servers", "192.0.2.1", *flags])
     cfg = config_from_args(

@@ -5,11 +5,11 @@ leaf's hosts live on its server; spine k goes to server k (round robin). So what
 only leaf-spine links. Each of those is a VXLAN tunnel (VxlanLink, Cluster Edition's RemoteLink with
 a VXLAN device on each end where RemoteGRELink makes gretap; this machine's kernel has no GRE), one
 VNI per link, UDP 4789 between the two servers' addresses. Every fabric interface, tunnel or veth, has
-MTU 1500 set explicitly, and the underlay must carry 1550 (incastlab.servers checks it), so a tunnel
+MTU 1500 set explicitly, and the underlay must carry 1550 (topologies.servers checks it), so a tunnel
 never splits or shrinks a frame: a packet-counted buffer counts the same packets as on one machine.
 
 Nodes are Cluster Edition's RemoteHost and RemoteOVSSwitch reached as root over ssh in BatchMode
-(incastlab.servers.ssh_argv: no sudo, the run's marker in every remote shell's environment, so a
+(topologies.servers.ssh_argv: no sudo, the run's marker in every remote shell's environment, so a
 remote `incastlab clean` finds what the run started). Teardown kills the local ssh ends of the node
 shells and runs `incastlab clean` on every server; the servers in use are noted in build/cluster/
 in-use.json until then, so a local `incastlab clean` after a crash cleans them too.
@@ -34,12 +34,12 @@ from mininet.examples.cluster import MininetCluster, RemoteHost, RemoteLink, Rem
 from mininet.link import Link
 from mininet.node import Node
 
-from incastlab.servers import FABRIC_MTU, LOCAL, ROOT, listen_address, preflight_servers, run_on, ssh_argv
 from runmodel.config import ControllerOptions
 from runmodel.fabric import Plan
 from topologies.containers import MARKER, HostRuntime
 from topologies.fabric import Fabric, FabricError, end_node_shells
 from topologies.hygiene import sweep_fabric
+from topologies.servers import FABRIC_MTU, LOCAL, ROOT, listen_address, preflight_servers, run_on, ssh_argv
 from topologies.topo import FabricController, LeafSpineTopo
 
 IN_USE = ROOT / "build" / "cluster" / "in-use.json"
@@ -182,7 +182,7 @@ class ClusterFabric(Fabric):
                     servers=self.servers,
                     serverIP=self.addresses,
                     user="root",
-                    precheck=False,  # incastlab.servers.preflight_servers did it, without sudo
+                    precheck=False,  # topologies.servers.preflight_servers did it, without sudo
                     host=ClusterHost,
                     switch=switch,
                     link=VxlanLink,

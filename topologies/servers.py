@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from incastlab.session import SessionError
+from topologies.fabric import FabricError
 
 ROOT = Path(__file__).resolve().parent.parent
 SSH_CONFIG_ENV = "INCASTLAB_SSH_CONFIG"
@@ -33,7 +33,7 @@ LOCAL = ("localhost", "127.0.0.1")
 FABRIC_ONLY = "--servers: this command does not run over several machines (fabric, dashboard, compare do)"
 
 
-class ServerError(SessionError):
+class ServerError(FabricError):
     """A server is not ready; the message names each missing piece, one per line."""
 
     def __init__(self, lines: list[str]) -> None:
