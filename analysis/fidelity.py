@@ -6,7 +6,8 @@ Three checks per strategy, each against an independent count:
   userspace switch loses packets outside any queue);
 - the bottleneck's pace: while a port's queue is backlogged, packets must leave it one
   serialization time apart at the configured rate;
-- the CPU: seconds in which every core was busy, and the software switch's share.
+- the CPU: seconds in which every core was busy, and the software switch's share;
+and, for a run over several servers, the tunnels' own drops (tunnel_reasons).
 """
 
 from __future__ import annotations
@@ -78,9 +79,29 @@ def verdict(checks: dict[str, Any]) -> dict[str, Any]:
     return {**checks, "verdict": "degraded" if reasons else "trustworthy", "reasons": reasons}
 
 
-def run_verdict(per_strategy: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """The run's verdict: degraded if any strategy's is, with its reasons prefixed by the strategy."""
+def tunnel_reasons(cluster: dict[str, Any] | None) -> list[str]:
+    """A run over several servers (its cluster.json): the tunnels' own drops and errors, at either
+    end, over the whole run, are losses between servers that no switch queue counted."""
+    counters = (cluster or {}).get("tunnel_counters") or {}
+    lost = sum(
+        c.get(f"{d}_{k}", 0) for c in counters.values() for d in ("rx", "tx") for k in ("dropped", "errors")
+    )
+    if not lost:
+        return []
+    sent = sum(c.get("tx_packets", 0) for c in counters.values())
+    return [
+        f"the VXLAN tunnels between servers dropped {lost} of {sent} packets: losses no switch queue "
+        "counted, so drop and retransmission counts include the tunnels'"
+    ]
+
+
+def run_verdict(
+    per_strategy: dict[str, dict[str, Any]], run_reasons: list[str] | None = None
+) -> dict[str, Any]:
+    """The run's verdict: degraded if any strategy's is, with its reasons prefixed by the strategy,
+    or for a reason of the whole run (`run_reasons`: a cluster's tunnel drops)."""
     reasons = [f"{name}: {r}" for name, f in per_strategy.items() for r in f.get("reasons", [])]
+    reasons += run_reasons or []
     judged = [name for name, f in per_strategy.items() if f.get("verdict")]
     state = "degraded" if reasons else ("trustworthy" if judged else "unknown")
     return {"verdict": state, "reasons": reasons}

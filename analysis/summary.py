@@ -7,6 +7,7 @@ code. What each figure means is defined once, in runmodel/summary.py.
 
 from __future__ import annotations
 
+import json
 import statistics
 from collections.abc import Iterable
 from pathlib import Path
@@ -514,14 +515,17 @@ def summarize(run_dir: Any) -> RunSummary:
                 totals.incomplete_points.append(f"{name}/{pt.name}")
         if sf.exists:
             totals.complete &= fig.capture_complete or cfg.capture == "none"
-    from analysis.fidelity import run_verdict
+    from analysis.fidelity import run_verdict, tunnel_reasons
+
+    cluster_file = folder.path / "cluster.json"  # a run over several servers (topologies.cluster)
+    cluster = json.loads(cluster_file.read_text()) if cluster_file.exists() else None
 
     summary = RunSummary(
         config=folder.config_doc() or cfg.to_dict(),
         strategies=strategies,
         capture=totals,
         complete=all(s.state == "complete" for s in strategies.values()),
-        fidelity=run_verdict({k: v.fidelity for k, v in strategies.items()}),
+        fidelity=run_verdict({k: v.fidelity for k, v in strategies.items()}, tunnel_reasons(cluster)),
     )
     write_json(folder.summary_file, summary.to_dict())
     return summary

@@ -177,3 +177,17 @@ def test_a_run_over_servers_refuses_what_it_cannot_do(tmp_path, flags, line):
     with pytest.raises(ServerError) as info:
         refuse_for_cluster(cfg, tmp_path, print)
     assert info.value.lines == [line]
+
+
+def test_tunnel_drops_degrade_the_verdict():
+    from analysis.fidelity import run_verdict, tunnel_reasons
+
+    ends = {
+        "lf1-eth2": {"tx_packets": 600, "tx_dropped": 3, "rx_dropped": 0, "tx_errors": 0, "rx_errors": 1},
+        "sp2-eth1": {"tx_packets": 400, "tx_dropped": 0, "rx_dropped": 2, "tx_errors": 0, "rx_errors": 0},
+    }
+    reasons = tunnel_reasons({"tunnel_counters": ends})
+    assert reasons and "dropped 6 of 1000 packets" in reasons[0]  # 3 + 1 + 2 by hand; 600 + 400 sent
+    assert run_verdict({"ps": {"verdict": "trustworthy", "reasons": []}}, reasons)["verdict"] == "degraded"
+    clean = {k: {**v, "tx_dropped": 0, "rx_dropped": 0, "rx_errors": 0} for k, v in ends.items()}
+    assert tunnel_reasons({"tunnel_counters": clean}) == [] and tunnel_reasons(None) == []
