@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -25,7 +26,24 @@ pytestmark = pytest.mark.integration
 PINGS = 50  # clustercheck.ping_rtt's count per pair
 
 
-def test_cluster_check_over_two_container_servers(tmp_path):
+@pytest.fixture(scope="module")
+def server_image() -> str:
+    """The server image, built (or found current) before the check's clock starts: on a fresh
+    machine it is the base's debootstrap plus the Debian packages from the mirror, minutes."""
+    t0 = time.monotonic()
+    proc = subprocess.run(
+        [sys.executable, "-m", "topologies.testservers", "image"],
+        capture_output=True,
+        text=True,
+        timeout=1800,
+        cwd=ROOT,
+    )
+    print(f"server image: {time.monotonic() - t0:.1f} s\n{proc.stderr}")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return testservers.SERVER_IMAGE
+
+
+def test_cluster_check_over_two_container_servers(tmp_path: Path, server_image: str) -> None:
     with guarded_host("make cluster-check"):
         proc = subprocess.run(
             [sys.executable, "-m", "incastlab.clustercheck", "--workdir", str(tmp_path)],

@@ -29,7 +29,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from topologies.image import BASE_IMAGE, ROOT, ImageError, docker, inspect_image, labels, version
+from topologies.image import (
+    BASE_IMAGE,
+    ROOT,
+    ImageError,
+    debootstrap_base,
+    docker,
+    inspect_image,
+    labels,
+    version,
+)
 
 SERVER_IMAGE = f"incastlab/server:{version()}"
 SERVER_CONTEXT = ROOT / "scripts" / "server"
@@ -89,8 +98,10 @@ def build_image(say: Callable[[str], None], force: bool = False) -> bool:
     """Build incastlab/server:<version> on the base image unless the one there has the same inputs
     (the context's hash and the base's id); Debian packages come from the Debian mirror. True if built."""
     base = inspect_image(BASE_IMAGE)
-    if base is None:
-        raise ImageError(f"no image {BASE_IMAGE}: build it first with `make image`")
+    if base is None:  # a fresh machine: the same minimal Debian `make image` builds the worker on
+        debootstrap_base(say)
+        base = inspect_image(BASE_IMAGE)
+        assert base is not None
     inputs = hashlib.sha256(json.dumps([context_hash(), base["Id"]]).encode()).hexdigest()[:16]
     old = inspect_image(SERVER_IMAGE)
     if old is not None and labels(old).get("incastlab.inputs") == inputs and not force:
