@@ -15,6 +15,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -43,12 +44,16 @@ class CapturePoint:
     Use Mininet's `host.popen` for a host's interface (it detaches the process) and the default
     for a switch port (switch ports live in the root namespace): its own session, so a terminal's
     Ctrl-C does not stop it before the runner has drained and counted it.
+
+    `interrupt`, for a tcpdump on another machine (`popen` starts ssh there): SIGINTs that tcpdump
+    where it runs. A signal to the local ssh would end the pipe before tcpdump's closing counters.
     """
 
     name: str
     iface: str
     file: Path
     popen: Callable[..., subprocess.Popen[Any]] = partial(subprocess.Popen, start_new_session=True)
+    interrupt: Callable[[], object] | None = None
 
 
 @dataclass
@@ -215,8 +220,12 @@ class PcapCapture:
         live = [r for r in self._running if r.proc is not None and r.proc.poll() is None]
         if drain and live:
             time.sleep(self.drain_s)  # tcpdump's last packets are still in the kernel ring
-        for run in self._running:
-            if run.proc is not None and run.proc.poll() is None:
+        remote = [r.point.interrupt for r in live if r.point.interrupt is not None]
+        if remote:  # one ssh each: in parallel, so every capture stops within the same moment
+            with ThreadPoolExecutor(max_workers=len(remote)) as pool:
+                list(pool.map(lambda interrupt: interrupt(), remote))
+        for run in live:
+            if run.point.interrupt is None and run.proc is not None and run.proc.poll() is None:
                 try:
                     run.proc.send_signal(signal.SIGINT)
                 except ProcessLookupError:

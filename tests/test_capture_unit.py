@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import struct
 import subprocess
 import sys
@@ -193,6 +194,41 @@ def test_tcpdump_that_died_early_is_reported_not_raised(tmp_path: Path) -> None:
     assert gone["complete"] is False and "interface disappeared" in gone["error"]
     assert gone["packets_captured"] == 3
     assert doc["points"][1]["complete"] is True and doc["complete"] is False
+
+
+# A stand-in for ssh to another machine: runs its command as a child whose stderr is the pipe back,
+# writes the child's pid to argv[1], and on SIGINT drops the connection (kills the child): what a
+# signal to the local ssh does to a remote tcpdump's closing counters.
+FAKE_SSH = r"""
+import os, signal, subprocess, sys
+child = subprocess.Popen(sys.argv[2:])
+open(sys.argv[1], "w").write(str(child.pid))
+def dropped(*a):
+    child.kill()
+    os._exit(255)
+signal.signal(signal.SIGINT, dropped)
+sys.exit(child.wait())
+"""
+
+
+def test_a_remote_tcpdump_is_interrupted_where_it_runs(tmp_path: Path) -> None:
+    """A point with `interrupt` (a tcpdump behind ssh): stop() SIGINTs it there, not the local ssh,
+    so its closing counters come back through the pipe and the point is complete."""
+    pidfile = tmp_path / "remote.pid"
+    wrappers: list[subprocess.Popen[Any]] = []
+
+    def over_ssh(argv: list[str], **kw: Any) -> subprocess.Popen[Any]:
+        cmd = [sys.executable, "-c", FAKE_SSH, str(pidfile), sys.executable, "-c", FAKE_TCPDUMP, "ok"]
+        wrappers.append(subprocess.Popen([*cmd, *argv[1:]], **kw))
+        return wrappers[-1]
+
+    def interrupt() -> None:
+        os.kill(int(pidfile.read_text()), signal.SIGINT)
+
+    far = CapturePoint("h5", "h5-eth0", tmp_path / "pcap" / "h5.pcap", over_ssh, interrupt=interrupt)
+    doc = PcapCapture([far], base_dir=tmp_path, drain_s=0).__enter__().stop()
+    assert doc["points"][0]["packets_captured"] == 42 and doc["complete"] is True, doc
+    assert wrappers[0].returncode == 0  # the ssh stand-in ended with its command, never signalled
 
 
 def test_stop_without_start_is_harmless(tmp_path: Path) -> None:
