@@ -1,8 +1,8 @@
 """Every parameter of an experiment: the config.json of a run.
 
-A scenario file holds these fields (and a `fabric` and a `controller` object); flags given on the
-command line override it. `ExperimentConfig.validate()` refuses what cannot run, naming the field,
-before anything is built.
+A scenario file holds these fields (and a `fabric` and a `controller` object, and `servers`, a list
+that is the controller's field); flags given on the command line override it.
+`ExperimentConfig.validate()` refuses what cannot run, naming the field, before anything is built.
 """
 
 from __future__ import annotations
@@ -579,6 +579,12 @@ def parse_run_fields(
     controller parsed, a JSON list in `lists` (or, for those in `comma`, a comma-separated string)
     made a tuple."""
     doc = {k: v for k, v in doc.items() if k not in derived}
+    if "servers" in doc:  # a scenario's top-level list is the controller's field, declared there only
+        controller = doc.get("controller", {})
+        if isinstance(controller, dict) and "servers" in controller:
+            raise ParamError(f"{where}: servers given twice, at the top and in controller: give it once")
+        if isinstance(controller, dict):
+            doc["controller"] = {**controller, "servers": doc.pop("servers")}
     refuse_unknown(doc, cls, where)
     if "fabric" in doc:
         if not isinstance(doc["fabric"], dict):

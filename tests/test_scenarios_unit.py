@@ -101,6 +101,8 @@ def test_straggler_scenario_slows_one_worker_with_every_knob():
         ({"faults": ["kill-worker:9@step1"]}, "kill-worker"),
         ({"faults": ["meteor@3s"]}, "meteor"),
         ({"colour": "blue"}, "colour"),
+        ({"servers": ["a", "b"], "controller": {"servers": ["a"]}}, "servers given twice"),
+        ({"servers": ["a", "a"]}, "--servers names a twice"),
     ],
 )
 def test_invalid_scenarios_name_the_field(tmp_path, doc, field):
@@ -125,6 +127,18 @@ def test_command_line_overrides_the_scenario():
     cfg = config_from_args(args, load_scenario(SCENARIO_DIR / "compare.json"))
     assert cfg.steps == 3 and cfg.fabric.hosts_per_leaf == 3 and cfg.n_workers == 11
     assert cfg.stragglers[0].host == "h4" and cfg.stragglers[0].slow_factor == 3.0
+
+
+def test_a_scenarios_top_level_servers_are_the_controllers(tmp_path):
+    """`servers` at the top of a scenario (as the issue writes it) lands in controller.servers, the
+    field's one declaration, and config.json keeps it there; the flag still overrides it."""
+    path = tmp_path / "s.json"
+    path.write_text(json.dumps({"servers": ["10.249.0.11", "10.249.0.12"], "steps": 3}))
+    cfg = config_from_args(parse(), load_scenario(path))
+    assert cfg.controller.servers == ("10.249.0.11", "10.249.0.12") and cfg.steps == 3
+    written = json.loads(json.dumps(cfg.to_dict()))  # as config.json holds it
+    assert written["controller"]["servers"] == ["10.249.0.11", "10.249.0.12"] and "servers" not in written
+    assert config_from_args(parse("--servers", "s9"), load_scenario(path)).controller.servers == ("s9",)
 
 
 def test_a_bad_flag_value_is_one_line():
