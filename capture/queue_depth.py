@@ -12,6 +12,8 @@ import os
 import socket
 import statistics
 import struct
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterable, Iterator
@@ -362,3 +364,76 @@ class QueueSampler:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+class RemoteQueueSampler:
+    """A QueueSampler of another machine's ports: `argv` starts `python -m capture.queue_depth` there
+    (through ssh), which samples until its standard input gives a line or ends. stop() sends that
+    line and returns the remote sampler's summary; a recorder that dies closes the input, so the
+    remote sampler ends with it and nothing is left on the server."""
+
+    def __init__(self, argv: list[str], start_timeout: float = 30.0) -> None:
+        self.argv = argv
+        self.start_timeout = start_timeout
+        self.proc: subprocess.Popen[str] | None = None
+        self._summary: dict[str, Any] | None = None
+
+    def start(self) -> None:
+        """Start it; return once it sampled every port once (QueueSamplerError with its line if not)."""
+        self.proc = subprocess.Popen(
+            self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        assert self.proc.stdout is not None
+        timer = threading.Timer(self.start_timeout, self.proc.kill)
+        timer.start()
+        try:
+            first = self.proc.stdout.readline().strip()
+        finally:
+            timer.cancel()
+        if first != SAMPLING:
+            summary = self.stop()
+            said = json.loads(first).get("error") if first.startswith("{") else first
+            raise QueueSamplerError(said or summary.get("error") or "remote queue sampler ended")
+
+    def stop(self) -> dict[str, Any]:
+        """Ask it to stop; its summary (QueueSampler.stop's), or one with the error if it said none."""
+        if self._summary is not None or self.proc is None:
+            return self._summary or {"error": "never started"}
+        try:
+            out, err = self.proc.communicate("stop\n", timeout=30)
+        except (subprocess.TimeoutExpired, BrokenPipeError):
+            self.proc.kill()
+            out, err = self.proc.communicate()
+        last = out.strip().splitlines()[-1] if out.strip() else ""
+        try:
+            self._summary = dict(json.loads(last))
+        except ValueError:
+            tail = err.strip().splitlines()[-1] if err.strip() else f"exit {self.proc.returncode}"
+            self._summary = {"error": f"remote queue sampler: {tail}"}
+        return self._summary
+
+
+SAMPLING = "sampling"  # what `python -m capture.queue_depth` prints once every port was sampled
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m capture.queue_depth OUT INTERVAL_S PORT...`: sample this machine's PORTs into OUT
+    until a line or the end of standard input, then print the summary as one JSON line."""
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) < 3:
+        print("usage: python -m capture.queue_depth OUT INTERVAL_S PORT...", file=sys.stderr)
+        return 2
+    sampler = QueueSampler(args[2:], Path(args[0]), interval=float(args[1]))
+    try:
+        sampler.start()
+    except QueueSamplerError as exc:
+        print(json.dumps({"error": str(exc)}), flush=True)
+        return 1
+    print(SAMPLING, flush=True)
+    sys.stdin.readline()
+    print(json.dumps(sampler.stop()), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -23,6 +23,7 @@ from capture.queue_depth import (
     ClassStats,
     QueueSampler,
     QueueSamplerError,
+    RemoteQueueSampler,
     parse_tclass_stats,
 )
 from runmodel.records import HostCounters
@@ -321,3 +322,33 @@ def test_host_counters_of_this_process_namespace() -> None:
     got = read_host_counters("iltcap-none", os.getpid())
     assert {"TcpRetransSegs", "TcpExtTCPTimeouts", "TcpOutSegs"} <= set(got.kernel)
     assert (got.rx_bytes, got.tx_bytes) == (0, 0)
+
+
+def _remote_sampler(tmp_path: Path, port: str) -> RemoteQueueSampler:
+    """A RemoteQueueSampler whose 'server' is a private network namespace of this machine with one
+    veth port under a pfifo root qdisc (what ssh to a server would reach)."""
+    line = (
+        "ip link add d0 type veth peer name d1 && ip link set d0 up && "
+        "tc qdisc add dev d0 root pfifo limit 10 && "
+        f"exec {sys.executable} -m capture.queue_depth {tmp_path / 'q.jsonl'} 0.01 {port}"
+    )
+    return RemoteQueueSampler(["unshare", "-n", "sh", "-c", line])
+
+
+def test_a_remote_queue_sampler_stops_on_its_input_and_returns_its_summary(tmp_path: Path) -> None:
+    sampler = _remote_sampler(tmp_path, "d0")
+    sampler.start()
+    assert sampler.proc is not None and sampler.proc.poll() is None
+    summary = sampler.stop()
+    assert summary["error"] is None and summary["samples"] >= 2, summary
+    assert summary["ports"] == {"d0": {"max_backlog_packets": 0, "max_backlog_bytes": 0, "drops_delta": 0}}
+    rows = [json.loads(line) for line in (tmp_path / "q.jsonl").read_text().splitlines()]
+    assert {r["port"] for r in rows} == {"d0"} and len(rows) >= 2  # the first and the last sample
+    assert sampler.proc.returncode == 0
+
+
+def test_a_remote_queue_samplers_error_is_its_own_line(tmp_path: Path) -> None:
+    sampler = _remote_sampler(tmp_path, "iltcap-none")
+    with pytest.raises(QueueSamplerError, match="no interface 'iltcap-none'"):
+        sampler.start()
+    assert sampler.proc is not None and sampler.proc.poll() is not None
