@@ -2,13 +2,16 @@
 
 The fidelity verdict needs it: a userspace OVS that gets no CPU drops packets no queue counts and
 stretches the gaps between packets it forwards. /proc/stat's per-core jiffies and ovs-vswitchd's
-own utime+stime, differenced over each interval.
+own utime+stime, differenced over each interval. For a server of a cluster the same readings come
+from that machine through one long-lived command (StreamedReadings: ssh running a loop there).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import queue
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -51,16 +54,92 @@ def find_process(name: str) -> int | None:
     return None
 
 
-class CpuSampler:
-    """Background thread writing one CpuSample line per interval to `out`."""
+def stream_script(interval: float = 1.0) -> str:
+    """What a server runs for StreamedReadings: every `interval` its cores' /proc/stat lines, then
+    ovs-vswitchd's utime and stime, then a line that ends the block."""
+    return (
+        "pid=$(cat /var/run/openvswitch/ovs-vswitchd.pid 2>/dev/null); "
+        "while :; do grep '^cpu[0-9]' /proc/stat; "
+        'echo "switch $(cut -d" " -f14,15 /proc/$pid/stat 2>/dev/null)"; echo end; '
+        f"sleep {interval:g}; done"
+    )
 
-    def __init__(self, out: Path, interval: float = 1.0, switch_process: str = "ovs-vswitchd") -> None:
+
+class StreamedReadings:
+    """(/proc/stat text, switch jiffies or None) of another machine, one block per interval, from
+    one command that stays up for the whole window (`argv`: ssh to the server running
+    stream_script()); one ssh per window, not one per second. close() ends it (the remote loop ends
+    at its next write)."""
+
+    def __init__(self, argv: list[str]) -> None:
+        self.blocks: queue.Queue[tuple[str, int | None]] = queue.Queue()
+        self.proc = subprocess.Popen(
+            argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+        )
+        threading.Thread(target=self._read, name="cpu-stream", daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        lines: list[str] = []
+        for line in self.proc.stdout:
+            if line.strip() != "end":
+                lines.append(line)
+                continue
+            words = lines[-1].split() if lines and lines[-1].startswith("switch") else []
+            sw = int(words[1]) + int(words[2]) if len(words) == 3 else None
+            self.blocks.put(("".join(lines), sw))
+            lines = []
+
+    def next(self, halt: threading.Event) -> tuple[str, int | None] | None:
+        """The next block, or None once `halt` is set or the command ended."""
+        while not halt.is_set():
+            try:
+                return self.blocks.get(timeout=0.1)
+            except queue.Empty:
+                if self.proc.poll() is not None and self.blocks.empty():
+                    return None
+        return None
+
+    def close(self) -> None:
+        """End the command here."""
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+
+
+class CpuSampler:
+    """Background thread writing one CpuSample line per interval to `out`: this machine's, or from
+    `source` (StreamedReadings) another's, a line per block it sends."""
+
+    def __init__(
+        self,
+        out: Path,
+        interval: float = 1.0,
+        switch_process: str = "ovs-vswitchd",
+        source: StreamedReadings | None = None,
+    ) -> None:
         self.out = out
         self.interval = interval
-        self.pid = find_process(switch_process)
+        self.source = source
+        self.pid = find_process(switch_process) if source is None else None
         self._halt = threading.Event()
         self._thread: threading.Thread | None = None
         self.error: str | None = None  # why sampling ended early (the file could not be written)
+
+    def _reading(self, first: bool = False) -> tuple[str, int | None] | None:
+        """The next (/proc/stat text, switch jiffies): here, at once when `first` else an interval
+        from now; or the source's next block. None once halted."""
+        if self.source is not None:
+            return self.source.next(self._halt)
+        if not first and self._halt.wait(self.interval):
+            return None
+        return Path("/proc/stat").read_text(), process_jiffies(self.pid) if self.pid else None
 
     def start(self) -> None:
         """Start sampling (the first line comes one interval from now)."""
@@ -75,13 +154,14 @@ class CpuSampler:
             self.error = f"{self.out.name}: {exc}"
 
     def _sample_until_halted(self) -> None:
-        prev_cores = core_jiffies(Path("/proc/stat").read_text())
-        prev_sw = process_jiffies(self.pid) if self.pid else None
+        first = self._reading(first=True)
+        if first is None:
+            return
+        prev_cores, prev_sw = core_jiffies(first[0]), first[1]
         prev_t = time.monotonic()
         with self.out.open("a", encoding="utf-8") as f:
-            while not self._halt.wait(self.interval):
-                cores = core_jiffies(Path("/proc/stat").read_text())
-                sw = process_jiffies(self.pid) if self.pid else None
+            while (reading := self._reading()) is not None:
+                cores, sw = core_jiffies(reading[0]), reading[1]
                 now = time.monotonic()
                 busy = [
                     round((b1 - b0) / (t1 - t0), 3) if t1 > t0 else 0.0
@@ -97,7 +177,9 @@ class CpuSampler:
                 prev_cores, prev_sw, prev_t = cores, sw, now
 
     def stop(self) -> None:
-        """Stop sampling."""
+        """Stop sampling (and the source's command)."""
         self._halt.set()
         if self._thread is not None:
             self._thread.join(timeout=5)
+        if self.source is not None:
+            self.source.close()

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from capture.counters import counter_deltas, parse_nstat, read_host_counters
+from capture.cpu import CpuSampler, StreamedReadings, stream_script
 from capture.pcap import CaptureError, CapturePoint, PcapCapture, parse_tcpdump_stats
 from capture.queue_depth import (
     TCA_STATS2,
@@ -322,6 +323,30 @@ def test_host_counters_of_this_process_namespace() -> None:
     got = read_host_counters("iltcap-none", os.getpid())
     assert {"TcpRetransSegs", "TcpExtTCPTimeouts", "TcpOutSegs"} <= set(got.kernel)
     assert (got.rx_bytes, got.tx_bytes) == (0, 0)
+
+
+def test_a_servers_cpu_streamed_by_one_command_is_sampled_per_block(tmp_path: Path) -> None:
+    """CpuSampler fed by StreamedReadings (here the server script run by sh on this machine instead
+    of ssh): a line per block, every core of this machine, and a core kept busy by a pinned child
+    shows as busy (the child's own work is the oracle)."""
+    out = tmp_path / "cpu-server.jsonl"
+    sampler = CpuSampler(out, source=StreamedReadings(["sh", "-c", stream_script(0.2)]))
+    sampler.start()
+    burn = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import os, time\nos.sched_setaffinity(0, {0})\nt = time.time()\n"
+            "while time.time() - t < 1.2: pass",
+        ]
+    )
+    burn.wait()
+    sampler.stop()
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(rows) >= 4, rows  # 1.2 s of 0.2 s blocks, the first one the baseline
+    assert all(len(r["cores"]) == os.cpu_count() for r in rows)
+    assert max(r["cores"][0] for r in rows) >= 0.9, rows
+    assert sampler.source is not None and sampler.source.proc.poll() is not None  # the command ended
 
 
 def _remote_sampler(tmp_path: Path, port: str) -> RemoteQueueSampler:
