@@ -7,7 +7,7 @@ Three checks per strategy, each against an independent count:
 - the bottleneck's pace: while a port's queue is backlogged, packets must leave it one
   serialization time apart at the configured rate;
 - the CPU: seconds in which every core was busy, and the software switch's share;
-and, for a run over several servers, the tunnels' own drops (tunnel_reasons).
+and, for a run over several servers, the tunnels' own drops and each server's CPU (tunnel_reasons).
 """
 
 from __future__ import annotations
@@ -81,18 +81,30 @@ def verdict(checks: dict[str, Any]) -> dict[str, Any]:
 
 def tunnel_reasons(cluster: dict[str, Any] | None) -> list[str]:
     """A run over several servers (its cluster.json): the tunnels' own drops and errors, at either
-    end, over the whole run, are losses between servers that no switch queue counted."""
+    end, over the whole run, are losses between servers that no switch queue counted; and a server
+    whose cores were all saturated too often in a strategy's window (its cpu_figures, as the CPU
+    check judges this machine) is named with that strategy."""
     counters = (cluster or {}).get("tunnel_counters") or {}
     lost = sum(
         c.get(f"{d}_{k}", 0) for c in counters.values() for d in ("rx", "tx") for k in ("dropped", "errors")
     )
-    if not lost:
-        return []
-    sent = sum(c.get("tx_packets", 0) for c in counters.values())
-    return [
-        f"the VXLAN tunnels between servers dropped {lost} of {sent} packets: losses no switch queue "
-        "counted, so drop and retransmission counts include the tunnels'"
-    ]
+    reasons = []
+    if lost:
+        sent = sum(c.get("tx_packets", 0) for c in counters.values())
+        reasons.append(
+            f"the VXLAN tunnels between servers dropped {lost} of {sent} packets: losses no switch "
+            "queue counted, so drop and retransmission counts include the tunnels'"
+        )
+    for name, servers in ((cluster or {}).get("server_cpu") or {}).items():
+        for server, fig in servers.items():
+            sat = fig.get("cpu_saturated_share")
+            if sat is not None and sat > MAX_SATURATED_SHARE:
+                reasons.append(
+                    f"{name}: server {server}: every core was >= {SATURATED:.0%} busy in {sat:.0%} of "
+                    "the seconds: its switch and processes competed for the CPU, so times include "
+                    "waiting for it"
+                )
+    return reasons
 
 
 def run_verdict(

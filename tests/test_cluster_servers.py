@@ -10,6 +10,7 @@ says the name the test gives it (two addresses, one machine).
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import sys
 from pathlib import Path
@@ -157,9 +158,12 @@ def test_placement_is_by_leaf():
 @pytest.mark.parametrize(
     ("flags", "line"),
     [
-        ([], "--servers: captures run on this machine's ports so far: give --capture none"),
         (
-            ["--capture", "none", "--fault", "link-down:lf1-eth1@5s"],
+            ["--fault", "link-down:lf1-eth1@5s"],
+            "--servers: faults, stragglers and jobs do not run over several machines yet",
+        ),
+        (
+            ["--straggler", "h3:cpu=0.5"],
             "--servers: faults, stragglers and jobs do not run over several machines yet",
         ),
     ],
@@ -191,3 +195,73 @@ def test_tunnel_drops_degrade_the_verdict():
     assert run_verdict({"ps": {"verdict": "trustworthy", "reasons": []}}, reasons)["verdict"] == "degraded"
     clean = {k: {**v, "tx_dropped": 0, "rx_dropped": 0, "rx_errors": 0} for k, v in ends.items()}
     assert tunnel_reasons({"tunnel_counters": clean}) == [] and tunnel_reasons(None) == []
+
+
+def test_a_saturated_server_is_named_in_the_verdict():
+    """cluster.json's per-strategy CPU figures of each server: one over the CPU check's limit
+    (MAX_SATURATED_SHARE, 25 % of the seconds) is named with its strategy; one under it is not."""
+    from analysis.fidelity import run_verdict, tunnel_reasons
+
+    cpu = {
+        "ps": {"10.0.0.1": {"cpu_saturated_share": 0.5}, "10.0.0.2": {"cpu_saturated_share": 0.2}},
+        "ring": {"10.0.0.1": {"cpu_saturated_share": None}, "10.0.0.2": {"cpu_saturated_share": 0.25}},
+    }
+    reasons = tunnel_reasons({"server_cpu": cpu})
+    assert len(reasons) == 1 and reasons[0].startswith("ps: server 10.0.0.1: every core"), reasons
+    assert "in 50% of the seconds" in reasons[0]
+    assert run_verdict({"ps": {"verdict": "trustworthy", "reasons": []}}, reasons)["verdict"] == "degraded"
+
+
+def test_the_servers_queue_samplers_are_merged_into_one_file(tmp_path):
+    """Recorder over two 'servers' (here two private network namespaces of this machine, each with
+    the ports its switches hold as veths under a pfifo root, reached by unshare instead of ssh):
+    one sampler each, of its own ports only; stop() merges their samples into one time-ordered
+    queue_depth.jsonl (the parts gone) and one summary with every port and each server's account."""
+    import json
+    import types
+
+    from incastlab.record import Recorder
+    from runmodel.fabric import FabricSpec, build_plan
+    from runmodel.folder import StrategyFolder
+    from topologies.cluster import placement
+
+    plan = build_plan(FabricSpec())
+    where = placement(plan, ["a", "b"])
+    switch_of = {p.name: p.switch for p in plan.switch_ports()}
+
+    def server_python(server, args):
+        ports = args[4:]  # -m capture.queue_depth OUT INTERVAL PORT...
+        assert all(where[switch_of[p]] == server for p in ports), (server, ports)
+        make = " && ".join(
+            f"ip link add {p} type veth peer name v{k} && ip link set {p} up && "
+            f"tc qdisc add dev {p} root pfifo limit 10"
+            for k, p in enumerate(ports)
+        )
+        return ["unshare", "-n", "sh", "-c", f"{make} && exec {sys.executable} {shlex.join(args)}"]
+
+    fabric = types.SimpleNamespace(
+        servers=["a", "b"], where=where, server_python=server_python, ports_here=False
+    )
+    folder = StrategyFolder(tmp_path, "ps")
+    rec = Recorder(
+        types.SimpleNamespace(fabric=fabric, plan=plan),
+        folder,
+        print,
+        port=plan.ps_port.name,
+        port_point="ps-port",
+        hosts=[],
+        capture="none",
+        snaplen=128,
+        queue_sample_ms=10,
+    )
+    rec._start_server_samplers(sorted(plan.port_names()))
+    assert sorted(rec.server_samplers) == ["a", "b"]
+    summary = rec._stop_server_samplers()
+    assert summary["error"] is None and set(summary["ports"]) == plan.port_names(), summary
+    assert sorted(summary["servers"]) == ["a", "b"]
+    ps_server = where[switch_of[plan.ps_port.name]]
+    assert summary["samples"] == summary["servers"][ps_server]["samples"] >= 2
+    rows = [json.loads(line) for line in folder.queue_depth_file.read_text().splitlines()]
+    assert {r["port"] for r in rows} == plan.port_names()  # the first sample writes every port
+    assert [r["t"] for r in rows] == sorted(r["t"] for r in rows)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["queue_depth.jsonl"]

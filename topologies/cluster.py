@@ -21,6 +21,7 @@ import dataclasses
 import importlib
 import json
 import os
+import re
 import shlex
 import sys
 import time
@@ -154,6 +155,8 @@ class ClusterFabric(Fabric):
         self.record: Path | None = None  # cluster.json: servers, placement, tunnels, their counters
         self.tunnels: list[dict[str, Any]] = []
         self._cpu0: dict[str, float] = {}
+        # per strategy (or point), each server's CPU figures over its window (incastlab.record)
+        self.server_cpu: dict[str, dict[str, dict[str, float | None]]] = {}
 
     # -- life cycle -------------------------------------------------------------------------
     def start(self) -> None:
@@ -269,8 +272,9 @@ class ClusterFabric(Fabric):
         return out
 
     def write_record(self, final: bool = False) -> None:
-        """cluster.json in the run's folder: servers, placement, tunnel kind and MTUs, the tunnels; at
-        the end also their counters and each server's switch CPU over the fabric's life."""
+        """cluster.json in the run's folder: servers, placement, tunnel kind and MTUs, the tunnels, each
+        server's CPU figures per strategy once measured; at the end also the tunnels' counters and
+        each server's switch CPU over the fabric's life."""
         if self.record is None:
             return
         doc: dict[str, Any] = {
@@ -280,6 +284,8 @@ class ClusterFabric(Fabric):
             "tunnels": self.tunnels,
             "controller": f"{self.controller_host}:{self.controller_port}",
         }
+        if self.server_cpu:
+            doc["server_cpu"] = self.server_cpu
         if final:
             doc["tunnel_counters"] = self.tunnel_counters()
             now = self.switch_cpu()
@@ -332,6 +338,27 @@ class ClusterFabric(Fabric):
             return doc
         module, _, qual = doc["type"].rpartition(":")
         return getattr(importlib.import_module(module), qual)(**doc["fields"])
+
+    def server_argv(self, server: str, line: str) -> list[str]:
+        """ssh argv that runs the shell line `line` on `server`, the run's marker in its environment
+        (so the server's own clean finds it if the run dies), e.g. a long-lived sampler's loop."""
+        marker = f"{MARKER}={os.environ.get(MARKER, '')}"
+        if server in LOCAL:
+            return ["env", marker, "sh", "-c", line]
+        return ssh_argv(server, f"env {shlex.quote(marker)} sh -c {shlex.quote(line)}")
+
+    def server_python(self, server: str, args: list[str]) -> list[str]:
+        """server_argv for this checkout's interpreter with `args` on `server` (the same paths there),
+        e.g. a sampler of the ports it holds; its standard input is this end's."""
+        line = f"cd {shlex.quote(str(ROOT))} && PYTHONPATH={shlex.quote(str(ROOT))} exec "
+        return self.server_argv(server, line + shlex.join([sys.executable, *args]))
+
+    def interrupt_capture(self, node: str, file: Path) -> None:
+        """SIGINT, on the server of `node` (a host or a switch), the tcpdump writing `file` (a path
+        unique to one capture point). Its local end is ssh: a signal there would end the pipe
+        before tcpdump printed its closing counters (capture.pcap.CapturePoint.interrupt)."""
+        pattern = f"^tcpdump .* -w {re.escape(str(file))}( |$)"
+        run_on(self.where[node], f"pkill -INT -f -- {shlex.quote(pattern)}")
 
     # -- configuration ----------------------------------------------------------------------
     def _shape_switch_ports(self) -> None:

@@ -216,15 +216,13 @@ def listen_address(servers: Sequence[str], addresses: dict[str, str], of_host: s
 
 
 def refuse_for_cluster(cfg: Any, results: Path, say: Callable[[str], None]) -> Any:
-    """A run over cfg.controller.servers: what it cannot do yet refused in one line (captures and the
-    queue sampler need the ports on this machine; jobs, stragglers and faults act on local hosts),
-    then every server checked, the results folder writable on each at the same path. Returns the
-    hosts' runtime (namespaces on the servers)."""
+    """A run over cfg.controller.servers: what it cannot do yet refused in one line (jobs, stragglers
+    and faults act on local hosts), then every server checked, the results folder writable on each
+    at the same path (captures, records and counters are written there). Returns the hosts'
+    runtime (namespaces on the servers)."""
     from runmodel.strategy import JOB
     from topologies.containers import HostRuntime
 
-    if cfg.capture != "none":
-        raise ServerError(["--servers: captures run on this machine's ports so far: give --capture none"])
     if cfg.faults or cfg.stragglers or any(s.kind == JOB for s in cfg.strategy_specs):
         raise ServerError(["--servers: faults, stragglers and jobs do not run over several machines yet"])
     preflight_servers(cfg.controller.servers, say=say, writable=Path(results).resolve())
