@@ -3,8 +3,8 @@
 Builds (or finds) the server image, starts N container servers (topologies.testservers) with the
 check's folder mounted in each, brings the default leaf-spine fabric up over them with `--servers`
 (the session's all-pairs ping must lose nothing), measures ping RTT within a server and across the
-tunnel, takes the fabric down, runs a short `incastlab compare --servers` (ps and ring, --capture
-none) into the same folder, ends a `fabric --hold` by Ctrl-C and another by SIGKILL and
+tunnel, takes the fabric down, runs a short `incastlab compare --servers` (ps and ring, every host
+captured on its server) into the same folder, ends a `fabric --hold` by Ctrl-C and another by SIGKILL and
 `incastlab clean`, then asks every server directly (ovs-vsctl, ip link, pgrep: not the
 leftover finder) whether anything is left, removes the servers and their network, and checks this
 machine the same way. Writes check.json into --workdir; exits 1 if a step failed or anything was left.
@@ -117,10 +117,10 @@ def run_check(n: int, workdir: Path, steps: int) -> dict[str, Any]:
 
 
 def compare(ips: list[str], workdir: Path, steps: int) -> dict[str, Any]:
-    """`incastlab compare --servers` (ps, ring; no captures: they need the ports here) into workdir;
-    its exit code and run folder."""
+    """`incastlab compare --servers` (ps, ring; captures of every host and the PS port, each on its
+    server) into workdir; its exit code and run folder."""
     argv = [sys.executable, "-m", "incastlab.cli", "compare", "--servers", ",".join(ips)]
-    argv += ["--steps", str(steps), "--capture", "none", "--results", str(workdir), "--name", "cluster"]
+    argv += ["--steps", str(steps), "--results", str(workdir), "--name", "cluster"]
     say(f"compare over the servers: {' '.join(argv[3:])}")
     proc = subprocess.run(argv, stdout=subprocess.PIPE, text=True, timeout=600)
     print(proc.stdout, end="", flush=True)

@@ -18,8 +18,12 @@ from pathlib import Path
 
 import pytest
 
-from runmodel.fabric import FabricSpec, build_plan
+from analysis.pcapfile import read_pcap
+from analysis.rto import rto_events
+from analysis.tcpopts import read_options
+from runmodel.fabric import FabricSpec, Plan, build_plan
 from tests.conftest import ROOT, guarded_host
+from tests.tshark import need_tshark, tshark_count, tshark_delivered_bytes
 from topologies import testservers
 
 pytestmark = pytest.mark.integration
@@ -44,6 +48,7 @@ def server_image() -> str:
 
 
 def test_cluster_check_over_two_container_servers(tmp_path: Path, server_image: str) -> None:
+    need_tshark()
     with guarded_host("make cluster-check"):
         proc = subprocess.run(
             [sys.executable, "-m", "incastlab.clustercheck", "--workdir", str(tmp_path)],
@@ -99,6 +104,22 @@ def test_cluster_check_over_two_container_servers(tmp_path: Path, server_image: 
     final = {s: {w: rec[-1][1] for w, rec in v.items()} for s, v in steps.items()}
     assert final["ps"] == final["ring"] and len(final["ps"]) == 7, final  # the same last loss, rank by rank
 
+    # captured on the servers, stopped there with tcpdump's own counters; the oracles agree
+    check_captures(run, plan)
+
+    # the queue samplers ran on the servers: the PS port's drops as the controller counted them
+    for s in ("ps", "ring"):
+        qsum = json.loads((run / s / "queue_depth_summary.json").read_text())
+        assert qsum["error"] is None and sorted(qsum["servers"]) == sorted(cluster["servers"]), qsum
+        assert set(qsum["ports"]) == set(plan.port_names()), s
+        assert qsum["ports"][ps_port]["drops_delta"] == drops[s], (s, qsum["ports"][ps_port], drops)
+    # each server's CPU, sampled there, judged per strategy
+    server_cpu = json.loads((run / "cluster.json").read_text())["server_cpu"]
+    assert sorted(server_cpu) == ["ps", "ring"]
+    for s, by_server in server_cpu.items():
+        assert sorted(by_server) == sorted(cluster["servers"]), s
+        assert all(f["cpu_busy_max"] is not None and 0 < f["cpu_busy_max"] <= 1 for f in by_server.values())
+
     # Ctrl-C takes the fabric down on every server; after a SIGKILL, `incastlab clean` does
     held = doc["interrupted"]
     assert held["SIGINT_exit"] == 130 and held["SIGKILL_exit"] == -9 and held["clean_exit"] == 0
@@ -142,3 +163,41 @@ def worker_steps(folder: Path) -> dict[str, list[tuple[float, float]]]:
         )
         out[f.stem] = [(t, loss) for _, t, loss in steps]
     return out
+
+
+def check_captures(run: Path, plan: Plan) -> None:
+    """Per strategy: every capture point (each host and the PS port, each on its server) stopped by
+    SIGINT there, so tcpdump's closing counters came back; in each host's capture, of what it sent,
+    the retransmissions tshark flags against the analysis's (summary.json's Wireshark-style count),
+    and the analysis's retransmitted segments (rto_events) exactly the kernel's TcpRetransSegs
+    (hosts.json); under ps the PS host's capture and the PS port's hold the same bytes to the PS."""
+    summary = json.loads((run / "summary.json").read_text())["strategies"]
+    ps_ip = plan.host(plan.ps_host).ip
+    for s in ("ps", "ring"):
+        cap = json.loads((run / s / "capture.json").read_text())
+        names = {pt["name"] for pt in cap["points"]}
+        assert {"ps-port", *({plan.ps_host} if s == "ps" else set())} <= names, names
+        for pt in cap["points"]:
+            assert pt["error"] is None and pt["packets_captured"] is not None, pt
+            assert pt["packets_dropped_kernel"] is not None, pt
+        hosts = json.loads((run / s / "hosts.json").read_text())
+        assert summary[s]["tcp_retransmits_kernel"] == sum(
+            int(h["kernel"].get("TcpRetransSegs", 0)) for h in hosts.values()
+        )
+        tshark = 0
+        for pt in cap["points"]:
+            if pt["name"] == "ps-port":
+                continue
+            ip = plan.host(pt["name"]).ip
+            pcap = read_pcap(run / s / pt["file"], allow_truncated=True)
+            segs = rto_events(pcap, tsval=read_options(pcap).tsval).totals(ip)["retransmits"]
+            assert segs == int(hosts[pt["name"]]["kernel"].get("TcpRetransSegs", 0)), (s, pt["name"])
+            tshark += tshark_count(run / s / pt["file"], f"tcp.analysis.retransmission && ip.src=={ip}")
+        ours = summary[s]["tcp_retransmits_pcap"]
+        print(f"{s}: retransmissions tshark {tshark}, analysis {ours}")
+        assert abs(ours - tshark) <= max(1, 0.01 * tshark), (s, ours, tshark)
+        if s == "ps":  # the incast: retransmissions, and the PS's bytes in both its captures
+            assert tshark > 0, "an incast into a 20-packet buffer retransmits"
+            to_ps = tshark_delivered_bytes(run / s / "pcap" / f"{plan.ps_host}.pcap", ps_ip)
+            at_port = tshark_delivered_bytes(run / s / "pcap" / "ps-port.pcap", ps_ip)
+            assert to_ps > 0 and at_port == to_ps, (to_ps, at_port)
