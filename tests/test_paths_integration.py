@@ -77,3 +77,18 @@ def test_udp_probes_are_mapped_too(session):
     probe = ProbeSpec("h4", "h2", count=4, proto="udp", dport=9)
     probes = probe_paths(session, probe)
     assert all(p.spine is not None for p in probes), [p.deltas for p in probes]
+
+
+def test_no_fabric_interface_speaks_ipv6(session):
+    """The kernel's own IPv6 (router solicitations, MLD) is off on every switch port and host
+    interface: otherwise it crosses the spines every few seconds and the counters read above count
+    it as probe frames. Asked of the kernel: /proc here for the switches, each host's namespace."""
+    plan = session.plan
+    for sw in plan.switches:
+        for intf in session.fabric.net.get(sw.name).intfList():
+            if intf.name != "lo":
+                assert Path(f"/proc/sys/net/ipv6/conf/{intf.name}/disable_ipv6").read_text() == "1\n", intf
+    for h in plan.hosts:
+        nic = plan.host(h.name).nic
+        got = session.fabric.host(h.name).cmd(f"cat /proc/sys/net/ipv6/conf/{nic}/disable_ipv6").strip()
+        assert got == "1", (h.name, nic, got)

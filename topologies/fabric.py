@@ -368,11 +368,17 @@ class Fabric:
 
     # -- configuration ----------------------------------------------------------------------
     def _offloads_off(self) -> None:
-        """Userspace OVS drops TSO/GSO super-frames and bad checksums: switch them off everywhere."""
+        """Userspace OVS drops TSO/GSO super-frames and bad checksums: switch them off everywhere.
+        IPv6 goes off on every fabric interface too: the kernel's own router solicitations and MLD
+        reports (an interface's, every few seconds after it comes up) would cross the spines and
+        count in the ports' packet counters that the tools and tests read as the workload's."""
         for node in self.net.hosts + self.net.switches:
             for intf in node.intfList():
                 if intf.name != "lo":
-                    node.cmd(f"ethtool -K {intf.name} tx off tso off gso off >/dev/null 2>&1")
+                    node.cmd(
+                        f"ethtool -K {intf.name} tx off tso off gso off >/dev/null 2>&1; "
+                        f"sysctl -qw net.ipv6.conf.{intf.name}.disable_ipv6=1"
+                    )
 
     def _shape_switch_ports(self) -> None:
         """txqueuelen = buffer, then one linux-htb QoS queue per port at the link rate."""
