@@ -24,7 +24,6 @@ import os
 import re
 import shlex
 import sys
-import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
@@ -38,7 +37,7 @@ from mininet.node import Node
 from runmodel.config import ControllerOptions
 from runmodel.fabric import Plan
 from topologies.containers import MARKER, HostRuntime
-from topologies.fabric import Fabric, FabricError, end_node_shells
+from topologies.fabric import CONNECTED_CMD, MININET_OPTIONS, Fabric, FabricError, end_node_shells
 from topologies.hygiene import sweep_fabric
 from topologies.servers import FABRIC_MTU, LOCAL, ROOT, listen_address, preflight_servers, run_on, ssh_argv
 from topologies.topo import FabricController, LeafSpineTopo
@@ -190,21 +189,12 @@ class ClusterFabric(Fabric):
                     switch=switch,
                     link=VxlanLink,
                     controller=controller,
-                    autoSetMacs=False,
-                    autoStaticArp=False,
-                    build=False,
-                    waitConnected=False,
+                    **MININET_OPTIONS,
                 )
             finally:
                 if home is not None:
                     os.environ["HOME"] = home
-            self.net.build()
-            self.net.start()
-            if self.datapath == "user":
-                self._offloads_off()
-            self._shape_switch_ports()
-            self._shape_hosts()
-            self.net.staticArp()
+            self.bring_up()
             self.tunnels = [
                 {"a": ln.a, "b": ln.b, "a_server": self.where[ln.a], "b_server": self.where[ln.b]}
                 for ln in self.plan.links
@@ -216,20 +206,10 @@ class ClusterFabric(Fabric):
             self.stop()
             raise
 
-    def wait_connected(self, timeout: float = 30.0) -> None:
-        """Wait until every switch, on whichever server, reports a connection to the controller."""
-        deadline = time.monotonic() + timeout
-        want = len(self.plan.switches)
-        cmd = "ovs-vsctl --timeout=5 --bare --columns=is_connected list controller"
-        while time.monotonic() < deadline:
-            got = sum(run_on(s, cmd).stdout.split().count("true") for s in self.servers)
-            if got >= want:
-                return
-            time.sleep(0.3)
-        raise FabricError(
-            f"switches did not connect to the controller at {self.controller_host}:{self.controller_port} "
-            f"within {timeout:.0f} s"
-        )
+    def connected_switches(self) -> int:
+        """How many bridges are connected to the controller, summed over the servers."""
+        line = shlex.join(CONNECTED_CMD)
+        return sum(self.connected_in(run_on(s, line).stdout) for s in self.servers)
 
     def stop(self) -> None:
         """End every node shell, then `incastlab clean` on every server (in parallel, bounded)."""
@@ -297,18 +277,11 @@ class ClusterFabric(Fabric):
         """The server that holds a host or switch."""
         return self.where[node]
 
-    def workload_popen(
-        self,
-        name: str,
-        args: list[str],
-        stdout: Any,
-        stderr: Any,
-        env: dict[str, str] | None = None,
-        python: bool = True,
+    def namespace_popen(
+        self, name: str, argv: list[str], stdout: Any, stderr: Any, env: dict[str, str] | None
     ) -> Any:
-        """Start a workload process in host `name` on its server: this checkout's interpreter and code
-        at the same paths, the environment given, started in this process's working directory."""
-        argv = [sys.executable, *args] if python else list(args)
+        """argv in host `name`'s namespace on its server: this checkout's code at the same path,
+        the environment given, started in this process's working directory."""
         assigns = [f"{k}={v}" for k, v in {"PYTHONPATH": str(ROOT), **(env or {})}.items()]
         line = f"cd {shlex.quote(os.getcwd())} && exec env {' '.join(map(shlex.quote, assigns))} " + " ".join(
             map(shlex.quote, argv)

@@ -175,6 +175,12 @@ def end_node_shells(net: Any) -> None:
             pass
 
 
+# what every fabric asks of Mininet (one machine or a cluster): MACs and ARP as the plan and the
+# controller make them, built and connected to the controller under the fabric's own control
+MININET_OPTIONS = {"autoSetMacs": False, "autoStaticArp": False, "build": False, "waitConnected": False}
+CONNECTED_CMD = ["ovs-vsctl", "--timeout=5", "--bare", "--columns=is_connected", "list", "controller"]
+
+
 class Fabric:
     """A running leaf-spine network: Mininet hosts, OVS switches, shaped ports.
 
@@ -228,18 +234,9 @@ class Fabric:
                 topo=topo,
                 switch=switch,
                 controller=controller,
-                autoSetMacs=False,
-                autoStaticArp=False,
-                build=False,
-                waitConnected=False,
+                **MININET_OPTIONS,
             )
-            self.net.build()
-            self.net.start()
-            if self.datapath == "user":
-                self._offloads_off()
-            self._shape_switch_ports()
-            self._shape_hosts()
-            self.net.staticArp()
+            self.bring_up()
         except BaseException:
             self.stop()
             raise
@@ -247,19 +244,23 @@ class Fabric:
     def wait_connected(self, timeout: float = 30.0) -> None:
         """Wait until every switch reports a connection to the controller."""
         deadline = time.monotonic() + timeout
-        names = [s.name for s in self.plan.switches]
         while time.monotonic() < deadline:
-            out = _run(
-                ["ovs-vsctl", "--timeout=5", "--bare", "--columns=is_connected", "list", "controller"],
-                check=False,
-            ).stdout
-            if out.split().count("true") >= len(names):
+            if self.connected_switches() >= len(self.plan.switches):
                 return
             time.sleep(0.3)
         raise FabricError(
-            f"switches did not connect to the controller on port {self.controller_port} "
+            f"switches did not connect to the controller at {self.controller_host}:{self.controller_port} "
             f"within {timeout:.0f} s"
         )
+
+    def connected_switches(self) -> int:
+        """How many bridges OVS says are connected to their controller, on this machine."""
+        return self.connected_in(_run(CONNECTED_CMD, check=False).stdout)
+
+    @staticmethod
+    def connected_in(ovs_out: str) -> int:
+        """The connected controllers in `ovs-vsctl ... list controller` output (CONNECTED_CMD's)."""
+        return ovs_out.split().count("true")
 
     def stop(self) -> None:
         """Tear the network down in bounded time; leaves no bridge, veth, shell or cgroup behind."""
@@ -318,6 +319,12 @@ class Fabric:
             argv = [box.python, *args] if python else list(args)
             return box.exec(argv, stdout=stdout, stderr=stderr, env=env)
         argv = [sys.executable, *args] if python else list(args)
+        return self.namespace_popen(name, argv, stdout, stderr, env)
+
+    def namespace_popen(
+        self, name: str, argv: list[str], stdout: Any, stderr: Any, env: dict[str, str] | None
+    ) -> Any:
+        """argv in host `name`'s namespace, with this process's environment plus `env`."""
         full_env = dict(os.environ, **(env or {})) if env else None
         return self.host(name).popen(argv, stdout=stdout, stderr=stderr, env=full_env)
 
@@ -367,17 +374,32 @@ class Fabric:
             _run(["tc", "qdisc", "replace", "dev", name, "parent", "1:1", *leaf])
 
     # -- configuration ----------------------------------------------------------------------
-    def _offloads_off(self) -> None:
-        """Userspace OVS drops TSO/GSO super-frames and bad checksums: switch them off everywhere.
-        IPv6 goes off on every fabric interface too: the kernel's own router solicitations and MLD
-        reports (an interface's, every few seconds after it comes up) would cross the spines and
-        count in the ports' packet counters that the tools and tests read as the workload's."""
+    def bring_up(self) -> None:
+        """Build and start the Mininet network (one machine's or a cluster's), make its interfaces a
+        fabric's, shape its ports and fill the hosts' ARP tables."""
+        self.net.build()
+        self.net.start()
+        self._quiet_interfaces()
+        self._shape_switch_ports()
+        self._shape_hosts()
+        self.net.staticArp()
+
+    def _quiet_interfaces(self) -> None:
+        """IPv6 off on every fabric interface: the kernel's own router solicitations and MLD reports
+        (an interface's, every few seconds after it comes up) would cross the spines and count in
+        the ports' packet counters that the tools and tests read as the workload's. Under the
+        userspace datapath, TSO/GSO and checksum offload off too: it drops super-frames and bad sums."""
+        offloads = self.datapath == "user"
         for node in self.net.hosts + self.net.switches:
             for intf in node.intfList():
                 if intf.name != "lo":
                     node.cmd(
-                        f"ethtool -K {intf.name} tx off tso off gso off >/dev/null 2>&1; "
-                        f"sysctl -qw net.ipv6.conf.{intf.name}.disable_ipv6=1"
+                        (
+                            f"ethtool -K {intf.name} tx off tso off gso off >/dev/null 2>&1; "
+                            if offloads
+                            else ""
+                        )
+                        + f"sysctl -qw net.ipv6.conf.{intf.name}.disable_ipv6=1"
                     )
 
     def _shape_switch_ports(self) -> None:
