@@ -7,7 +7,7 @@ Three checks per strategy, each against an independent count:
 - the bottleneck's pace: while a port's queue is backlogged, packets must leave it one
   serialization time apart at the configured rate;
 - the CPU: seconds in which every core was busy, and the software switch's share;
-and, for a run over several servers, the tunnels' own drops and each server's CPU (tunnel_reasons).
+and, for a run over several servers, the tunnels' own drops and each server's CPU (cluster_reasons).
 """
 
 from __future__ import annotations
@@ -79,7 +79,7 @@ def verdict(checks: dict[str, Any]) -> dict[str, Any]:
     return {**checks, "verdict": "degraded" if reasons else "trustworthy", "reasons": reasons}
 
 
-def tunnel_reasons(cluster: dict[str, Any] | None) -> list[str]:
+def cluster_reasons(cluster: dict[str, Any] | None) -> list[str]:
     """A run over several servers (its cluster.json): the tunnels' own drops and errors, at either
     end, over the whole run, are losses between servers that no switch queue counted; and a server
     whose cores were all saturated too often in a strategy's window (its cpu_figures, as the CPU

@@ -515,7 +515,7 @@ def summarize(run_dir: Any) -> RunSummary:
                 totals.incomplete_points.append(f"{name}/{pt.name}")
         if sf.exists:
             totals.complete &= fig.capture_complete or cfg.capture == "none"
-    from analysis.fidelity import run_verdict, tunnel_reasons
+    from analysis.fidelity import cluster_reasons, run_verdict
 
     cluster_file = folder.path / "cluster.json"  # a run over several servers (topologies.cluster)
     cluster = json.loads(cluster_file.read_text()) if cluster_file.exists() else None
@@ -525,7 +525,7 @@ def summarize(run_dir: Any) -> RunSummary:
         strategies=strategies,
         capture=totals,
         complete=all(s.state == "complete" for s in strategies.values()),
-        fidelity=run_verdict({k: v.fidelity for k, v in strategies.items()}, tunnel_reasons(cluster)),
+        fidelity=run_verdict({k: v.fidelity for k, v in strategies.items()}, cluster_reasons(cluster)),
     )
     write_json(folder.summary_file, summary.to_dict())
     return summary

@@ -209,7 +209,7 @@ class Recorder:
 
     def _stop_server_cpus(self, t_start: float, t_end: float) -> None:
         """Each server's sampler stopped and its figures over the window (the verdict's CPU figures)
-        noted in cluster.json, where the run's verdict reads them (analysis.fidelity.tunnel_reasons)."""
+        noted in cluster.json, where the run's verdict reads them (analysis.fidelity.cluster_reasons)."""
         steps = [r for wl in self.folder.worker_logs().values() for r in wl.steps]
         if steps:  # while training ran, as the verdict judges this machine: start-up is not the emulator's
             t_start, t_end = min(r.t_start for r in steps), max(r.t_end for r in steps)

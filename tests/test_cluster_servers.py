@@ -184,29 +184,29 @@ def test_a_run_over_servers_refuses_what_it_cannot_do(tmp_path, flags, line):
 
 
 def test_tunnel_drops_degrade_the_verdict():
-    from analysis.fidelity import run_verdict, tunnel_reasons
+    from analysis.fidelity import cluster_reasons, run_verdict
 
     ends = {
         "lf1-eth2": {"tx_packets": 600, "tx_dropped": 3, "rx_dropped": 0, "tx_errors": 0, "rx_errors": 1},
         "sp2-eth1": {"tx_packets": 400, "tx_dropped": 0, "rx_dropped": 2, "tx_errors": 0, "rx_errors": 0},
     }
-    reasons = tunnel_reasons({"tunnel_counters": ends})
+    reasons = cluster_reasons({"tunnel_counters": ends})
     assert reasons and "dropped 6 of 1000 packets" in reasons[0]  # 3 + 1 + 2 by hand; 600 + 400 sent
     assert run_verdict({"ps": {"verdict": "trustworthy", "reasons": []}}, reasons)["verdict"] == "degraded"
     clean = {k: {**v, "tx_dropped": 0, "rx_dropped": 0, "rx_errors": 0} for k, v in ends.items()}
-    assert tunnel_reasons({"tunnel_counters": clean}) == [] and tunnel_reasons(None) == []
+    assert cluster_reasons({"tunnel_counters": clean}) == [] and cluster_reasons(None) == []
 
 
 def test_a_saturated_server_is_named_in_the_verdict():
     """cluster.json's per-strategy CPU figures of each server: one over the CPU check's limit
     (MAX_SATURATED_SHARE, 25 % of the seconds) is named with its strategy; one under it is not."""
-    from analysis.fidelity import run_verdict, tunnel_reasons
+    from analysis.fidelity import cluster_reasons, run_verdict
 
     cpu = {
         "ps": {"10.0.0.1": {"cpu_saturated_share": 0.5}, "10.0.0.2": {"cpu_saturated_share": 0.2}},
         "ring": {"10.0.0.1": {"cpu_saturated_share": None}, "10.0.0.2": {"cpu_saturated_share": 0.25}},
     }
-    reasons = tunnel_reasons({"server_cpu": cpu})
+    reasons = cluster_reasons({"server_cpu": cpu})
     assert len(reasons) == 1 and reasons[0].startswith("ps: server 10.0.0.1: every core"), reasons
     assert "in 50% of the seconds" in reasons[0]
     assert run_verdict({"ps": {"verdict": "trustworthy", "reasons": []}}, reasons)["verdict"] == "degraded"
