@@ -190,6 +190,8 @@ def bytes_per_link(run: RunView) -> Section | None:
         {k for n, v in per.items() for k, b in v.items() if totals[n] and b >= MIN_LINK_SHARE * totals[n]},
         key=S.natural,
     )
+    if not links:  # every link at zero bytes (a run killed before its first exchange): no figure
+        return None
     nbytes = {n: [float(per[n].get(lk, 0)) for lk in links] for n in names}
     share = {n: [b / totals[n] if totals[n] else 0.0 for b in nbytes[n]] for n in names}
     fig = link_heatmap(links, names, share, nbytes, run.ps_port)
