@@ -3,7 +3,8 @@
 Pure logic over anything with `poll()` (a Popen, or a fake in the unit tests): the runner asks
 `check()` twice a second. The first process to die is the cause of a failure (the others usually
 fail because of it), except that a worker killed by a fault is named before anything else; async
-SGD goes on without a dead worker and says so.
+SGD goes on without a dead worker and says so. Processes first seen dead in the same look are
+ordered by their last write to stderr: a failing process prints its error, then exits.
 """
 
 from __future__ import annotations
@@ -60,6 +61,13 @@ class Tracked:
             # the process died with its daemon: what it printed last (a torch warning...) is not the cause
             return f"dockerd stopped answering (the process's last line: {last})"
         return last
+
+    def last_written(self) -> float:
+        """When it last wrote to stderr (never: infinity), to order deaths seen in the same look."""
+        try:
+            return self.stderr.stat().st_mtime
+        except OSError:
+            return float("inf")
 
     def dockerd_answers(self) -> bool:
         """Asked only when a container's process failed: was its daemon still there?"""
@@ -139,9 +147,9 @@ class Follower:
             failed = [(k, p, c) for k, p, c in failed if p.role != "worker" or p.rank not in self.lost]
         if failed:
 
-            def cause(kpc: tuple[int, Tracked, int | None]) -> tuple[bool, float]:
+            def cause(kpc: tuple[int, Tracked, int | None]) -> tuple[bool, float, float]:
                 k, p, _ = kpc
-                return (p.role != "worker" or p.rank not in self.killed, self.dead_since[k])
+                return (p.role != "worker" or p.rank not in self.killed, self.dead_since[k], p.last_written())
 
             _k, p, code = min(failed, key=cause)
             if not done:  # steps not known while it runs (a user's job): none named
