@@ -1,11 +1,11 @@
 """Pipeline parallelism (pp) on a real fabric: the bytes between stage hosts against the captures,
 GPipe's bubble against (S - 1)/(M + S - 1) and 1F1B's activations in flight against S - s.
 
-One compare run of four 3-stage variants, compute-dominated: 300 ms of emulated accelerator per
-micro-batch forward and again per backward, against at most ~30 ms to move a micro-batch's
-activations (128/M x 144 x 4 bytes at 20 Mbit/s), four such moves a step. Batch 128 keeps gloo's
-framing (each message's header, and the receiver's ready-to-receive note) under 2 % of a
-message at M = 8."""
+One compare run of three 3-stage variants (GPipe at M = 1 and 8, 1F1B at 8), compute-dominated:
+300 ms of emulated accelerator per micro-batch forward and again per backward, against at most
+~30 ms to move a micro-batch's activations (128/M x 144 x 4 bytes at 20 Mbit/s), four such moves a
+step. Batch 128 keeps gloo's framing (each message's header, and the receiver's ready-to-receive
+note) under 2 % of a message at M = 8."""
 
 from __future__ import annotations
 
@@ -25,7 +25,6 @@ pytestmark = pytest.mark.integration
 STAGES, BATCH, STEPS, HIDDEN, COMPUTE_MS = 3, 128, 4, 144, 300
 VARIANTS = {  # name: (micro, schedule)
     "pp:stages=3:micro=1": (1, "gpipe"),
-    "pp:stages=3": (4, "gpipe"),
     "pp:stages=3:micro=8": (8, "gpipe"),
     "pp:stages=3:micro=8:schedule=1f1b": (8, "1f1b"),
 }
@@ -96,7 +95,7 @@ def test_gpipe_bubble_within_15_percent(pp_run: Path, name: str) -> None:
     worked by hand. What a step costs beyond compute (four hops through the software switches, the
     SGD) adds to the idle time: 300 ms per pass keeps it small against the fill and the drain."""
     micro = VARIANTS[name][0]
-    theory = {1: 2 / 3, 4: 2 / 6, 8: 2 / 10}[micro]
+    theory = {1: 2 / 3, 8: 2 / 10}[micro]
     for s, lines in enumerate(_stage_lines(pp_run, name)):
         assert [d["step"] for d in lines] == list(range(STEPS))
         span = sum(d["t_end"] - d["t_start"] for d in lines[2:])
