@@ -22,11 +22,13 @@ vm-check:        ## boot the box under libvirt (KVM, else QEMU's TCG), run fabri
 cluster-check:   ## the default fabric over 2 container servers (Cluster Edition, VXLAN): ping, RTT, nothing left
 	$(PY) -m incastlab.clustercheck $(ARGS)
 
+# unit tests share the two cores (pytest-xdist); fabrics run one at a time. Exit 5: ARGS chose none here.
 test: lint       ## the whole suite: unit, integration (real Mininet/OVS/controller), browser; not vm
-	$(PY) -m pytest -ra --durations=25 $(ARGS)
+	$(PY) -m pytest -ra -n 2 --durations=10 -m "not integration and not browser" $(ARGS) || [ $$? -eq 5 ]
+	$(PY) -m pytest -ra --durations=25 -m "integration or browser" $(ARGS) || [ $$? -eq 5 ]
 
 test-unit:       ## tests that need no network
-	$(PY) -m pytest -ra -m "not integration and not browser" $(ARGS)
+	$(PY) -m pytest -ra -n 2 -m "not integration and not browser" $(ARGS)
 
 test-integration:
 	$(PY) -m pytest -ra -m "integration or browser" $(ARGS)
