@@ -15,6 +15,7 @@ from runmodel.config import ExperimentConfig, Straggler
 from runmodel.fabric import FabricSpec, build_plan
 from runmodel.faults import parse_fault
 from runmodel.params import ParamError
+from tests.test_follow_unit import Polled
 from topologies import containers, image
 from topologies.containers import Container, HostRuntime, Limits, choose_runtime, cpus_for_share
 
@@ -155,21 +156,13 @@ def test_the_job_gets_torchruns_environment():
     assert job_container("h5") == "incastlab-h5-job"
 
 
-class Done:
-    def __init__(self, code):
-        self.code = code
-
-    def poll(self):
-        return self.code
-
-
 def test_a_failed_job_container_is_named_with_its_exit_code(tmp_path, monkeypatch):
     monkeypatch.setattr(Tracked, "dockerd_answers", lambda self: True)  # the job's own failure
     err = tmp_path / "worker-1.stderr"
     err.write_text("Traceback ...\nRuntimeError: out of patience\n")
     procs = [
-        Tracked("worker", 0, "h2", Done(None), tmp_path / "x", container="incastlab-h2-job"),
-        Tracked("worker", 1, "h3", Done(3), err, container="incastlab-h3-job"),
+        Tracked("worker", 0, "h2", Polled(None), tmp_path / "x", container="incastlab-h2-job"),
+        Tracked("worker", 1, "h3", Polled(3), err, container="incastlab-h3-job"),
     ]
     with pytest.raises(
         Exception,
@@ -185,19 +178,19 @@ def test_a_lost_dockerd_is_named_as_such(tmp_path):
         'error during connect: Get "http://%2Fvar%2Frun%2Fdocker.sock/v1.41/exec/1/json": read: '
         "connection reset by peer\n"
     )
-    t = Tracked("worker", 0, "h2", Done(1), err, container="incastlab-h2")
+    t = Tracked("worker", 0, "h2", Polled(1), err, container="incastlab-h2")
     assert t.last_error() == "dockerd stopped answering (connection reset by peer)"
 
 
 def test_a_process_that_died_with_its_dockerd_is_blamed_on_the_daemon(tmp_path, monkeypatch):
     err = tmp_path / "e"
     err.write_text("[W1203 socket.cpp:207] [c10d] The hostname of the client socket cannot be retrieved\n")
-    t = Tracked("worker", 0, "h2", Done(255), err, container="incastlab-h2")
+    t = Tracked("worker", 0, "h2", Polled(255), err, container="incastlab-h2")
     monkeypatch.setattr(Tracked, "dockerd_answers", lambda self: False)
     assert t.last_error().startswith("dockerd stopped answering (the process's last line: [W1203")
     monkeypatch.setattr(Tracked, "dockerd_answers", lambda self: True)
     assert t.last_error().startswith("[W1203")
-    netns = Tracked("worker", 0, "h2", Done(255), err)  # no container: no daemon to ask
+    netns = Tracked("worker", 0, "h2", Polled(255), err)  # no container: no daemon to ask
     assert netns.last_error().startswith("[W1203")
 
 

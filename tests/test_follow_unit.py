@@ -14,13 +14,13 @@ from incastlab.follow import ExperimentError, Follower, Tracked
 PEER = "RuntimeError: [pair.cc:553] Connection closed by peer [10.0.0.3]:11999.\n"
 
 
-class Exited:
-    """A process that has exited with `code`."""
+class Polled:
+    """A process whose poll() answers `code`: its exit code, None while it runs."""
 
-    def __init__(self, code: int) -> None:
+    def __init__(self, code: int | None) -> None:
         self.code = code
 
-    def poll(self) -> int:
+    def poll(self) -> int | None:
         return self.code
 
 
@@ -30,7 +30,7 @@ def worker(tmp_path: Path, rank: int, code: int, last_line: str | None, written:
     if last_line is not None:
         err.write_text(last_line)
         os.utime(err, (written, written))
-    return Tracked("worker", rank, f"h{rank + 2}", Exited(code), err)
+    return Tracked("worker", rank, f"h{rank + 2}", Polled(code), err)
 
 
 def test_of_deaths_seen_in_one_look_the_first_to_write_its_error_is_named(tmp_path: Path) -> None:
