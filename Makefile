@@ -23,15 +23,18 @@ cluster-check:   ## the default fabric over 2 container servers (Cluster Edition
 	$(PY) -m incastlab.clustercheck $(ARGS)
 
 # unit tests share the two cores (pytest-xdist); fabrics run one at a time. Exit 5: ARGS chose none here.
+UNIT_TESTS = -n 2 -m "not integration and not browser"
+FABRIC_TESTS = -m "integration or browser"
+
 test: lint       ## the whole suite: unit, integration (real Mininet/OVS/controller), browser; not vm
-	$(PY) -m pytest -ra -n 2 --durations=10 -m "not integration and not browser" $(ARGS) || [ $$? -eq 5 ]
-	$(PY) -m pytest -ra --durations=25 -m "integration or browser" $(ARGS) || [ $$? -eq 5 ]
+	$(PY) -m pytest -ra --durations=10 $(UNIT_TESTS) $(ARGS) || [ $$? -eq 5 ]
+	$(PY) -m pytest -ra --durations=25 $(FABRIC_TESTS) $(ARGS) || [ $$? -eq 5 ]
 
 test-unit:       ## tests that need no network
-	$(PY) -m pytest -ra -n 2 -m "not integration and not browser" $(ARGS)
+	$(PY) -m pytest -ra $(UNIT_TESTS) $(ARGS)
 
 test-integration:
-	$(PY) -m pytest -ra -m "integration or browser" $(ARGS)
+	$(PY) -m pytest -ra $(FABRIC_TESTS) $(ARGS)
 
 lint:            ## ruff's linter and formatter, both as checks
 	.venv/bin/ruff check .
