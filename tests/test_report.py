@@ -32,6 +32,7 @@ from runmodel.records import FaultRecord, JsonlWriter
 from tests.browser import CHROMIUM, make_driver, missing
 from tests.conftest import ROOT, require
 from tests.make_run_fixture import FIXTURE_DIR, MAX_BYTES, header_bytes
+from tests.reportpage import status_badges
 
 BASE_FIGURES = {
     "iter_time",
@@ -183,6 +184,7 @@ def test_files_written_and_html_self_contained(built: tuple[Path, dict[str, Any]
     assert res["complete"] is True and res["summary_rebuilt"] is None
     assert [c["title"] for c in res["callouts"]] == ["Fidelity verdict: degraded"]  # the fixture's ps is
     assert "COMPLETE" in html and "INCOMPLETE" not in html and "WARNING: Run incomplete" not in md
+    assert status_badges(html) == ["complete"]
     assert "*" not in "".join(c for t in res["tables"].values() for row in t["rows"].values() for c in row)
 
 
@@ -591,6 +593,7 @@ def test_incomplete_run_still_reports(run_copy: Path) -> None:
     html = (run_copy / "report.html").read_text()
     assert html.index("Run incomplete") < html.index("<h2")  # at the top, before any section
     assert "INCOMPLETE" in html and "class='callout warning'" in html
+    assert status_badges(html) == ["incomplete"]
     md = (run_copy / "report.md").read_text()
     assert md.startswith("# incastlab report: run (INCOMPLETE)") and "> **WARNING: Run incomplete**" in md
     row = res["tables"]["timing-and-loss"]
