@@ -445,7 +445,12 @@ def fabric_session(
         fabric = Fabric(plan, controller_port=options.of_port, controller_host=options.of_host, hosts=hosts)
     controller = ControllerProcess(plan, options, workdir, record=record)
     controller.check_ports()
-    watch = RunWatch(workdir, lambda why: INTERRUPTS.fail(HostFault(why)))
+
+    def on_fault(why: str) -> None:
+        say(f"stopping: {why}")  # at once: unwinding and teardown take seconds before the error line
+        INTERRUPTS.fail(HostFault(why))
+
+    watch = RunWatch(workdir, on_fault)
     if not INTERRUPTS.installed and threading.current_thread() is threading.main_thread():
         INTERRUPTS.install()
     try:
