@@ -21,18 +21,22 @@ from analysis.errors import PcapError
 
 LINKTYPE_NULL = 0
 LINKTYPE_ETHERNET = 1
+LINKTYPE_PPP = 9
 LINKTYPE_RAW = 101
 LINKTYPE_LINUX_SLL = 113
 LINKTYPE_IPV4 = 228
 LINKTYPE_IPV6 = 229
+LINKTYPE_IPOIB = 242
 LINKTYPE_LINUX_SLL2 = 276
 SUPPORTED_LINKTYPES = (
     LINKTYPE_NULL,
     LINKTYPE_ETHERNET,
+    LINKTYPE_PPP,
     LINKTYPE_RAW,
     LINKTYPE_LINUX_SLL,
     LINKTYPE_IPV4,
     LINKTYPE_IPV6,
+    LINKTYPE_IPOIB,
     LINKTYPE_LINUX_SLL2,
 )
 
@@ -58,7 +62,8 @@ _PER_PACKET = (
     "tcp_cap",
 )
 # zero bytes after the file: a header read of a short last record stays in the array (pcapng
-# record header 28 + link 20 + 2 VLAN tags + IP header 60 + TCP to the window 16, and some slack)
+# record header 28 + link 44 (IPoIB; the others 22 at most with 2 VLAN tags) + IP header 60 + TCP
+# to the window 16, and some slack)
 _WINDOW = 256
 
 
@@ -177,7 +182,8 @@ class Layout:
 def unsupported_linktype(linktype: int, spath: str) -> PcapError:
     """The one-line error for a link type the decoder does not read."""
     return PcapError(
-        f"unsupported link type {linktype} (want Ethernet, Linux cooked SLL/SLL2 or raw IP): {spath}"
+        f"unsupported link type {linktype} (want Ethernet, Linux cooked SLL/SLL2, PPP, IP over "
+        f"InfiniBand, BSD loopback or raw IP): {spath}"
     )
 
 
@@ -211,9 +217,12 @@ _TCP_FIELDS = {
     "fl": ("u1", 13, np.uint8),
     "win": (">u2", 14, np.uint16),
 }
-# link layer: offset of the IP header in the link data, and the field that names the protocol
+# link layer: offset of the IP header in the link data (the usual one, for PPP), and the field
+# that names the protocol (for PPP its first 4 bytes, read by _ppp)
 _LINK: dict[int, tuple[int, tuple[str, int] | None]] = {
     LINKTYPE_ETHERNET: (14, (">u2", 12)),
+    LINKTYPE_PPP: (4, (">u4", 0)),
+    LINKTYPE_IPOIB: (44, (">u2", 40)),  # as tcpdump and Wireshark: a 40-byte GRH/address, type, 2 reserved
     LINKTYPE_LINUX_SLL: (16, (">u2", 14)),
     LINKTYPE_LINUX_SLL2: (20, (">u2", 0)),
     LINKTYPE_NULL: (4, ("<u4", 0)),
@@ -279,7 +288,7 @@ def _gather(
 def _ethertype(linktype: int, f: dict[str, np.ndarray]) -> np.ndarray:
     """Per record, the Ethernet type of what the link layer carries (ETH_IPV4, ETH_IPV6, a VLAN
     tag on Ethernet, or anything else for the rest)."""
-    if linktype in (LINKTYPE_ETHERNET, LINKTYPE_LINUX_SLL, LINKTYPE_LINUX_SLL2):
+    if linktype in (LINKTYPE_ETHERNET, LINKTYPE_LINUX_SLL, LINKTYPE_LINUX_SLL2, LINKTYPE_IPOIB):
         return f["link"].copy()
     n = f["vihl"].shape[0]
     if linktype == LINKTYPE_NULL:  # 4-byte address family in the writer's byte order, AF_INET = 2
@@ -292,6 +301,19 @@ def _ethertype(linktype: int, f: dict[str, np.ndarray]) -> np.ndarray:
         return np.full(n, ETH_IPV6, dtype=np.int64)
     ver = f["vihl"] >> 4  # raw IP: the version nibble says which
     return np.where(ver == 4, ETH_IPV4, np.where(ver == 6, ETH_IPV6, 0))
+
+
+def _ppp(head: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(Ethernet type, offset of the IP header in the link data) of PPP records from their first
+    4 bytes (big-endian), read as Wireshark reads link type 9: an address byte 0xff means address
+    and control (2 bytes) come first, else they were left out; a protocol whose first byte is odd
+    is one byte long (protocol-field compression), else two. 0x21 is IPv4, 0x57 IPv6."""
+    at = np.where(head >> 24 == 0xFF, 2, 0)
+    two = (head >> (16 - 8 * at)) & 0xFFFF  # the 2 bytes at `at`
+    short = (two >> 8) & 1 == 1
+    proto = np.where(short, two >> 8, two)
+    et = np.where(proto == 0x21, ETH_IPV4, np.where(proto == 0x57, ETH_IPV6, 0))
+    return et, at + np.where(short, 1, 2)
 
 
 def _decode(
@@ -311,9 +333,15 @@ def _decode(
         f["cap"] = cap
     n = offs.shape[0]
     l3 = np.full(n, base, dtype=np.int64)  # IP header offset from the record start
-    et = _ethertype(linktype, f)
     vihl = f["vihl"]
-    other = (et == ETH_IPV4) & (vihl > 0x45) & (vihl < 0x50)  # IP options: the TCP header is further
+    if linktype == LINKTYPE_PPP:
+        et, at = _ppp(f["link"])
+        moved = (at != base - lay.data) & (et != 0)  # another PPP header length: read again
+        l3 += np.where(moved, at - (base - lay.data), 0)
+        other = moved | ((et == ETH_IPV4) & (vihl > 0x45) & (vihl < 0x50))
+    else:
+        et = _ethertype(linktype, f)
+        other = (et == ETH_IPV4) & (vihl > 0x45) & (vihl < 0x50)  # IP options: TCP is further
     if linktype == LINKTYPE_ETHERNET:
         other |= np.isin(et, _VLAN_TPIDS)
     redo = np.flatnonzero(other)

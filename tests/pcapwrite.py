@@ -157,16 +157,34 @@ def in_units(ts_ns: int, tsresol: int | None) -> int:
     return ts_ns * 10**r // 10**9
 
 
+# PPP headers (RFC 1661/1662) in turn: address and control then a 2-byte protocol; no address and
+# control (ACFC); a 1-byte protocol (PFC); both left out. {IPv4: header, IPv6: header}
+_PPP_HEADS = [
+    {False: b"\xff\x03\x00\x21", True: b"\xff\x03\x00\x57"},
+    {False: b"\x00\x21", True: b"\x00\x57"},
+    {False: b"\xff\x03\x21", True: b"\xff\x03\x57"},
+    {False: b"\x21", True: b"\x57"},
+]
+
+
 def relink(recs: list[Record], linktype: int) -> list[Record]:
     """Ethernet records re-framed for another link type (the IP packet unchanged): 0 BSD loopback
-    (address family in little-endian: 2, or 30 for IPv6 as macOS writes it), 101 raw IP, 113
-    Linux cooked SLL, 229 raw IPv6 (IPv6 records only), 276 SLL2, or 1 with an 802.1Q tag."""
+    (address family in little-endian: 2, or 30 for IPv6 as macOS writes it), 9 PPP (the four
+    header forms of _PPP_HEADS in turn), 101 raw IP, 113 Linux cooked SLL, 229 raw IPv6 (IPv6
+    records only), 242 IP over InfiniBand (as tcpdump and Wireshark read it: a 40-byte
+    pseudo-header, bytes 20-39 the destination address, then the type and 2 reserved bytes), 276
+    SLL2, or 1 with an 802.1Q tag."""
     out = []
-    for r in recs:
+    for i, r in enumerate(recs):
         et, l3 = r.data[12:14], r.data[14:]
         six = et == b"\x86\xdd"
         if linktype == 0:
             head = struct.pack("<I", 30 if six else 2)
+        elif linktype == 9:
+            head = _PPP_HEADS[i % len(_PPP_HEADS)][six]
+        elif linktype == 242:
+            dest = struct.pack("!I16s", 0x48, b"\xfe\x80" + b"\0" * 6 + bytes(range(8)))  # QPN, GID
+            head = b"\0" * 20 + dest + et + b"\0\0"
         elif linktype in (101, 229):
             head = b""
         elif linktype == 113:

@@ -51,6 +51,10 @@ def write_pcap(
                 frame = b"\x00" * 12 + b"\x08\x00" + l3
             elif linktype == 113:
                 frame = struct.pack("!HHH8sH", 0, 1, 6, b"\x00" * 8, 0x0800) + l3
+            elif linktype == 9:  # PPP in HDLC-like framing: address, control, protocol IPv4
+                frame = b"\xff\x03\x00\x21" + l3
+            elif linktype == 242:  # IPoIB: 40-byte pseudo-header, type, reserved
+                frame = b"\x00" * 40 + b"\x08\x00\x00\x00" + l3
             else:  # 276 SLL2
                 frame = struct.pack("!HHIHBB8s", 0x0800, 0, 2, 1, 0, 6, b"\x00" * 8) + l3
             data = frame[:snap]
@@ -60,7 +64,7 @@ def write_pcap(
 
 @pytest.mark.parametrize("order", ["<", ">"])
 @pytest.mark.parametrize("nano", [False, True])
-@pytest.mark.parametrize("linktype", [1, 113, 276])
+@pytest.mark.parametrize("linktype", [1, 113, 276, 9, 242])
 def test_fields_exactly_as_written(tmp_path: Path, order: str, nano: bool, linktype: int) -> None:
     f = tmp_path / "x.pcap"
     write_pcap(f, order=order, nano=nano, linktype=linktype)
@@ -116,6 +120,18 @@ def test_missing_empty_notpcap(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert "corrupt pcapng: section header" in _errline(capsys, [str(tmp_path / "n.pcapng")])
     with pytest.raises(PcapError):
         read_pcap(tmp_path / "t.txt")
+
+
+def test_an_unsupported_link_type_is_one_line_naming_those_read(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Link type 10 (FDDI) is not read: one line naming it and the link layers that are."""
+    f = tmp_path / "fddi.pcap"
+    write_pcap(f, linktype=10)
+    err = _errline(capsys, [str(f)])
+    assert "unsupported link type 10" in err
+    for name in ("Ethernet", "SLL2", "PPP", "InfiniBand", "loopback", "raw IP"):
+        assert name in err, name
 
 
 def test_truncated_says_where_and_can_return_what_was_read(

@@ -238,7 +238,29 @@ def test_help_says_pcapng_and_ipv6(capsys: pytest.CaptureFixture[str]) -> None:
     assert "pcapng" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("linktype", [0, 101, 113, 229, 276, 1])
+@pytest.mark.parametrize("linktype", [9, 242])
+@pytest.mark.parametrize("fmt", ["pcap", "pcapng"])
+def test_ppp_and_ipoib_give_tsharks_counts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], linktype: int, fmt: str
+) -> None:
+    """Issue #36: TCP over PPP (link type 9, the four header forms of RFC 1661/1662 in turn) and
+    IP over InfiniBand (242) read like Ethernet: the PS host's capture re-framed gives tshark's
+    retransmissions and delivered bytes on the re-framed file and every count of the original."""
+    cap = CAPTURES[0]
+    lt, snap, recs = pw.read_records(cap)
+    f = tmp_path / f"lt{linktype}.pcap"
+    pw.write_pcap(f, linktype, snap, pw.relink(recs, linktype))
+    if fmt == "pcapng":
+        f = _editcap(f, tmp_path / f"lt{linktype}.pcapng", "pcapng")
+    orig, got = _analyze(cap, capsys), _analyze(f, capsys)
+    assert {k: got[k] for k in _KEYS} == {k: orig[k] for k in _KEYS}
+    assert got["retransmits"] == tshark_count(f, "tcp.analysis.retransmission") > 10
+    for ip, n in got["delivered_by_receiver"].items():
+        assert n == tshark_delivered_bytes(f, ip), ip
+    _same_as_tshark(f)
+
+
+@pytest.mark.parametrize("linktype", [0, 9, 101, 113, 229, 242, 276, 1])
 def test_ipv6_on_every_link_type(tmp_path: Path, linktype: int) -> None:
     """IPv6 (mixed with IPv4) behind every link layer the reader knows, and behind a VLAN tag
     (linktype 1 here: Ethernet with 802.1Q): every packet as tshark reads it."""
