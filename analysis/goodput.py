@@ -23,12 +23,13 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from analysis.errors import AnalysisError
 from analysis.packets import SYN, Packets, ip_to_str, str_to_ip
 from analysis.seqspace import Directions, directions, seq_numbers
 
 BIN_S = 0.1
-MAX_BINS = 2_000_000  # a longer series (2.3 days at 0.1 s) means a record's time is wrong
+# the longest series (2.3 days at 0.1 s); a capture that spans more (one spanning weeks, or one
+# record dated decades off) gets its counts without the series: Delivered.note says so
+MAX_BINS = 2_000_000
 _HALF = np.int64(1 << 41)
 _SPAN = np.int64(1 << 43)
 
@@ -53,12 +54,15 @@ class FlowDelivered:
 @dataclass(frozen=True)
 class Delivered:
     """Delivered bytes of a capture. Bins are `bin_s` wide from `t0` (s since the epoch); every
-    series has the same length. `by_receiver`: {receiver IP: {"bytes": n, "series": [...]}}."""
+    series has the same length. `by_receiver`: {receiver IP: {"bytes": n, "series": [...]}}.
+    `note`: None, or the one line saying why every series is empty though bytes arrived (the
+    records span more than MAX_BINS bins); the byte counts are whole either way."""
 
     t0: float
     bin_s: float
     flows: list[FlowDelivered]
     by_receiver: dict[str, dict[str, object]]
+    note: str | None = None
 
     @property
     def bytes(self) -> int:
@@ -72,6 +76,7 @@ class Delivered:
         return {
             "t0": self.t0,
             "bin_s": self.bin_s,
+            "note": self.note,
             "bytes": self.bytes,
             "by_receiver": self.by_receiver,
             "per_flow": [asdict(f) for f in self.flows],
@@ -113,7 +118,8 @@ def delivered_bytes(
 
     bin_s: bin width in seconds (default 0.1); t0: start of the first bin (s since the epoch;
     default the capture's first packet; packets before it count in the totals, not in the series);
-    receiver: only flows toward this IPv4 address (dotted quad or integer).
+    receiver: only flows toward this IPv4 address (dotted quad or integer). A capture whose
+    records span more than MAX_BINS bins from t0 gets its counts with empty series and a note.
     """
     if bin_s <= 0:
         raise ValueError("bin_s must be > 0")
@@ -123,12 +129,14 @@ def delivered_bytes(
         return Delivered(t0=start_ns / 1e9, bin_s=bin_s, flows=[], by_receiver={})
     width = int(round(bin_s * 1e9))
     nbins = int((int(ts.max()) - start_ns) // width) + 1 if int(ts.max()) >= start_ns else 0
+    note = None
     if nbins > MAX_BINS:
         days = (int(ts.max()) - start_ns) / 86_400e9
-        raise AnalysisError(
-            f"{p.path}: its records span {days:,.0f} days, too long for a series of {bin_s:g} s bins"
-            " (a record's timestamp is likely wrong)"
+        note = (
+            f"no delivered-bytes series: the records span {days:,.1f} days, over {MAX_BINS:,} bins"
+            f" of {bin_s:g} s (the counts are whole)"
         )
+        nbins = 0
     d = directions(p)
     _base, seq_rel, _ack = seq_numbers(p, d)
     new = _first_arrival(p, d, seq_rel)
@@ -150,7 +158,7 @@ def delivered_bytes(
     beyond = np.empty(len(p), dtype=np.int64)
     beyond[o] = np.clip(end[o] - np.maximum(hi_before, seq_rel[o]), 0, None)
     late = np.clip(new - np.minimum(beyond, p.plen), 0, None)
-    in_range = ts >= start_ns
+    in_range = (ts >= start_ns) & (nbins > 0)
     bins = np.where(in_range, (ts - start_ns) // width, 0)
     od = o[data[o]]
     fod = d.fid[od]
@@ -180,4 +188,4 @@ def delivered_bytes(
     by_recv: dict[str, dict[str, object]] = {
         k: {"bytes": totals[k], "series": v.tolist()} for k, v in sums.items()
     }
-    return Delivered(t0=start_ns / 1e9, bin_s=bin_s, flows=flows, by_receiver=by_recv)
+    return Delivered(t0=start_ns / 1e9, bin_s=bin_s, flows=flows, by_receiver=by_recv, note=note)

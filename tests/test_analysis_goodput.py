@@ -3,16 +3,20 @@ the union of tshark's (tcp.seq_raw, tcp.len) ranges per stream direction."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from analysis.goodput import delivered_bytes, first_arrival_bytes
+from analysis.goodput import MAX_BINS, delivered_bytes, first_arrival_bytes
 from analysis.pcapfile import read_pcap
 from analysis.tcp import analyze, goodput_timeline
+from incastlab.cli import main as cli_main
 from tests.test_analysis_trace import A_IP, ACK, B_IP, PSH, SYN, Trace
-from tests.tshark import tshark_unique_bytes
+from tests.tshark import tshark_count, tshark_delivered_bytes, tshark_unique_bytes
+
+DAY_S = 86_400.0
 
 
 def _known_trace() -> Trace:
@@ -98,3 +102,37 @@ def test_equals_tshark_sequence_range_union(tmp_path: Path, isn: int) -> None:
         assert ours[(src, sp, dst)] == n
     assert sum(sum(f.series) for f in res.flows) == res.bytes
     assert all(f.late_bytes > 0 for f in res.flows if f.dst == "10.0.0.1")
+
+
+@pytest.mark.parametrize("span", ["24-days", "one-record-40-years-off"])
+def test_a_capture_spanning_days_gets_its_counts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], span: str
+) -> None:
+    """Issue #36: records spanning weeks (the retransmission and all after it 24 days later), or
+    one record dated 40 years off, are no reason to refuse the counts: the delivered bytes are
+    those of the unshifted capture, the series are left out and the note says why in one line,
+    and `incastlab analyze` gives tshark's retransmissions and delivered bytes."""
+    tr = _known_trace()
+    if span == "24-days":
+        tr.rows = [(t + 24 * DAY_S if i >= 6 else t, *rest) for i, (t, *rest) in enumerate(tr.rows)]
+        days = "24.0 days"
+    else:
+        t, *rest = tr.rows[-1]
+        tr.rows[-1] = (t + 40 * 365 * DAY_S, *rest)
+        days = "14,600.0 days"
+    f = tr.write(tmp_path / f"{span}.pcap")
+    plain = delivered_bytes(read_pcap(_known_trace().write(tmp_path / "plain.pcap")))
+    res = delivered_bytes(read_pcap(f))
+    assert plain.note is None and (24 * DAY_S / res.bin_s > MAX_BINS)
+    assert [(x.flow, x.bytes, x.late_bytes) for x in res.flows] == [
+        (x.flow, x.bytes, x.late_bytes) for x in plain.flows
+    ]
+    assert res.bytes == plain.bytes == 380
+    assert all(x.series == [] for x in res.flows)
+    assert all(r["series"] == [] for r in res.by_receiver.values())
+    assert res.note is not None and "\n" not in res.note and days in res.note, res.note
+    assert cli_main(["analyze", str(f), "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert got["retransmits"] == tshark_count(f, "tcp.analysis.retransmission") >= 1
+    for ip, n in got["delivered_by_receiver"].items():
+        assert n == tshark_delivered_bytes(f, ip), ip

@@ -35,7 +35,7 @@ from hypothesis import strategies as st
 from incastlab.cli import main as cli_main
 from tests import pcapwrite as pw
 from tests.test_fuzz_inputs import hang_guard
-from tests.tshark import need_tshark
+from tests.tshark import need_tshark, tshark_count
 
 REAL = Path(__file__).parent / "data/incast-small/base/n04/pcap/h5.pcap"
 HANG_S = 10.0
@@ -251,12 +251,18 @@ def test_mutated_captures_answer_or_refuse_in_one_line(
     assert ends[0] > 0 and ends[2] > 0  # the mutations both keep files readable and break them
 
 
-def test_a_record_dated_decades_off_is_answered_or_refused(tmp_path: Path) -> None:
-    """A real capture whose first record is dated 1970 (the rest 2026): a result or one line,
-    not an attempt to allocate a bin per 0.1 s of 56 years (134 GiB)."""
+def test_a_record_dated_decades_off_is_answered(tmp_path: Path) -> None:
+    """A real capture whose first record is dated 1970 (the rest 2026): not an attempt to
+    allocate a bin per 0.1 s of 56 years (134 GiB), nor a refusal (issue #36): the counts, those
+    of tshark (whose retransmissions, like ours, follow the times: 3 of the 20) and the undated
+    capture's delivered bytes."""
     raw = bytearray(REAL.read_bytes())
     raw[24:28] = b"\0\0\0\0"  # the first record's seconds
     f = tmp_path / "1970.pcap"
     f.write_bytes(bytes(raw))
-    code, _out, err = _run(["analyze", str(f), "--json"])
-    assert code == 0 or (code == 2 and err.count("\n") == 1)
+    code, out, err = _run(["analyze", str(f), "--json"])
+    assert code == 0, err
+    got = json.loads(out)
+    want = json.loads(_run(["analyze", str(REAL), "--json"])[1])
+    assert got["retransmits"] == tshark_count(f, "tcp.analysis.retransmission") > 0
+    assert got["delivered_bytes"] == want["delivered_bytes"] > 0
