@@ -1,6 +1,7 @@
 """fsdp and the ring as real processes on loopback (`python -m workloads.fsdp` and
 `python -m workloads.worker`, each from its job.json, gloo over 127.0.0.1): the same losses for the
-same seed and data, and the bytes each rank logged equal to its strategy's traffic theory."""
+same seed and data, and the bytes each rank logged equal to its strategy's pair bytes worked by
+hand (tests/splits_theory.py, not the product's traffic_theory)."""
 
 from __future__ import annotations
 
@@ -15,9 +16,8 @@ import pytest
 
 from runmodel.job import JobSpec
 from tests.procs import free_port
+from tests.splits_theory import RunSize, fsdp_pairs, ring_pairs
 from tests.test_fsdp_unit import job
-from workloads.collectives import traffic_theory as ring_theory
-from workloads.fsdp import traffic_theory as fsdp_theory
 from workloads.model import ModelSpec, init_weights, loss_and_grad, make_batch, sgd_
 
 pytestmark = pytest.mark.processes
@@ -44,14 +44,14 @@ def test_fsdp_trains_like_the_ring(tmp_path: Path, rng: random.Random) -> None:
     """Per rank and step, fsdp's loss is the ring's within relative 1e-5 (the gradients are
     bit-identical; the sums across the ranks run in another order, as fsdp's chunks are per
     layer, so the weights differ in the last bits). Every rank logs, every step, bytes sent
-    equal to its row of its strategy's theory and bytes received to its column."""
+    equal to its row of the hand-worked pair bytes and bytes received to its column."""
     seed = rng.randrange(2**31)
     print(f"training seed {seed}")
     runs = {}
-    for strategy, theory in (("ring", ring_theory), ("fsdp", fsdp_theory)):
+    for strategy, theory in (("ring", ring_pairs), ("fsdp", fsdp_pairs)):
         spec = dataclasses.replace(job(strategy, WORLD, grad_mb=0.05), steps=STEPS, seed=seed, lr=LR)
         lines = runs[strategy] = run_job(spec, tmp_path)
-        want = theory(spec)
+        want = theory(RunSize(WORLD, STEPS, spec.batch, 0.05, (strategy,)))
         for r, rank in enumerate(lines):
             assert [d["step"] for d in rank] == list(range(STEPS))
             row = sum(n for (a, _), n in want.items() if a == r)

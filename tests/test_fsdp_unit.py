@@ -97,3 +97,25 @@ def test_fsdp_options_refused_in_one_line(text: str) -> None:
 def test_fsdp_parses_to_its_module() -> None:
     spec = StrategySpec.parse("fsdp")
     assert (spec.name, spec.module, spec.hosts) == ("fsdp", "workloads.fsdp", None)
+
+
+def test_hand_worked_pairs_at_the_splits_runs_size() -> None:
+    """tests/splits_theory.py (the integration test's expected bytes) by hand. 6 ranks, 0.5 MiB,
+    width 3048: fsdp's first unit 100584 floats in 6 chunks of 16764, 3 x (100584 - 16764) =
+    251460 from every rank; the second 30490 in chunks 5082 x 4, 5081 x 2, two all-gathers of all
+    but c[r+1] and a reduce-scatter of all but c[r]: 76224 from ranks 0-2, 76226 from 3, 76227 from
+    4, 76225 from 5. The ring: 131074 floats in chunks 21846 x 4, 21845 x 2, 262148 - c[r+1] -
+    c[r+2]: 218456 from 0, 1, 5, 218457 from 2 and 4, 218458 from 3. At 3 ranks: the numbers of
+    the two tests above."""
+    from tests.splits_theory import RunSize, fsdp_pairs, ring_pairs
+
+    six = RunSize(6, 4, 512, 0.5, ("ring", "fsdp"))
+    unit2 = [76224, 76224, 76224, 76226, 76227, 76225]
+    assert fsdp_pairs(six) == {(r, (r + 1) % 6): (251460 + unit2[r]) * 4 for r in range(6)}
+    ring = [218456, 218456, 218457, 218458, 218457, 218456]
+    assert ring_pairs(six) == {(r, (r + 1) % 6): ring[r] * 4 for r in range(6)}
+    three = RunSize(3, 4, 32, 0.5, ("ring", "fsdp"))
+    assert fsdp_pairs(three) == {(0, 1): 262148 * 4, (1, 2): 262149 * 4, (2, 0): 262147 * 4}
+    assert ring_pairs(three) == {(0, 1): 174766 * 4, (1, 2): 174765 * 4, (2, 0): 174765 * 4}
+    two = RunSize(2, 4, 32, 0.5, ("ring",))
+    assert ring_pairs(two) == {(0, 1): 131074 * 4, (1, 0): 131074 * 4}

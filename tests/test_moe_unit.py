@@ -89,3 +89,27 @@ def test_moe_job_runs_every_worker() -> None:
     """moe trains on every worker host (spec.hosts is None), its options in job.json's variant."""
     job = moe_job("moe:experts=3", workers=4)
     assert job.world == 4 and job.spec.experts == 3 and job.spec.module == "workloads.moe"
+
+
+def test_hand_worked_pairs_at_the_splits_runs_size() -> None:
+    """tests/splits_theory.py (the integration test's expected bytes) by hand. The splits run, 6
+    ranks x 1 expert, batch 512, 0.5 MiB: 12 h^2 + 61 h + 10 = 131072 floats gives h = 102.0 (131080
+    floats at 102, 128583 at 101); C = ceil(640 / 6) = 107; a buffer of 107 x 102 x 4 = 43656 B, 4
+    a step = 174624 B to every other rank. The dense part 49 x 102 + 10 = 5008 floats, in chunks
+    835 x 4 and 834 x 2: rank r sends 10016 - c[r+1] - c[r+2] floats to r + 1, 8346 from ranks 0, 1
+    and 5, 8347 from 2 and 4, 8348 from 3. At 3 ranks x 2 experts, batch 8, 0.05 MiB: the numbers
+    of test_traffic_theory_by_hand."""
+    from tests.splits_theory import MoeSize, RunSize, moe_pairs, moe_size
+
+    size = RunSize(6, 4, 512, 0.5, ("ring", "moe"))
+    assert moe_size(size) == MoeSize(hidden=102, experts=6, per_rank=1, capacity=107, dense=5008)
+    ring = {0: 8346, 1: 8346, 2: 8347, 3: 8348, 4: 8347, 5: 8346}
+    want = {(a, b): 174624 for a in range(6) for b in range(6) if a != b}
+    for a, floats in ring.items():
+        want[(a, (a + 1) % 6)] += floats * 4
+    assert moe_pairs(size) == want
+    small = RunSize(3, 4, 8, 0.05, ("moe:experts=2",))
+    assert moe_pairs(small) == {
+        (0, 1): 1984 + 8156, (1, 2): 1984 + 8156, (2, 0): 1984 + 8152,
+        (1, 0): 1984, (2, 1): 1984, (0, 2): 1984,
+    }  # fmt: skip
