@@ -121,7 +121,8 @@ class ApiApp:
     def flows(self, params: dict[str, list[str]]) -> tuple[str, list[tuple[str, str]], bytes]:
         """The ?top=N (default 20, at most 1000) flows by rate, then bytes, as the switches count them."""
         raw = params.get("top", ["20"])[-1]
-        if not raw.isdigit() or not 0 < int(raw) <= 1000:
+        # ASCII digits only: str.isdigit() also takes '²', which int() refuses (an HTTP 500)
+        if not (raw.isascii() and raw.isdigit()) or not 0 < int(raw) <= 1000:
             return self._json(400, {"error": f"top must be an integer in 1..1000, got {raw[:40]!r}"})
         return self._json(200, {"t": self.store.now(), "flows": self.top_flows(int(raw))})
 
