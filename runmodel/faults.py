@@ -73,7 +73,8 @@ def parse_fault(text: str, plan: Plan, workers: int) -> Fault:
     if kind in ("link-down", "link-up", "flap") and target not in plan.port_names():
         raise ParamError(f"fault {text!r}: no switch port {target!r} (e.g. lf1-eth1 is lf1's uplink to sp1)")
     if kind == "kill-worker":
-        if not target.isdigit() or not 0 <= int(target) < workers:
+        # ASCII digits only: str.isdigit() also takes '²', which int() refuses (a traceback)
+        if not (target.isascii() and target.isdigit()) or not 0 <= int(target) < workers:
             raise ParamError(f"fault {text!r}: kill-worker needs a worker rank 0..{workers - 1}")
     if kind.startswith("controller") and target:
         raise ParamError(f"fault {text!r}: {kind} takes no target (controller-restart@4s)")
