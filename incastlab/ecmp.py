@@ -35,9 +35,20 @@ POLICIES = ROUTINGS  # every policy the controller has, the hash first
 STRATEGIES = ("ring", "allreduce")
 
 
-def sweep_configs(base: ExperimentConfig, policies: list[str], seeds: int, steps: int, grad_mb: float):
+def sweep_configs(
+    base: ExperimentConfig,
+    policies: list[str],
+    seeds: int,
+    steps: int,
+    grad_mb: float,
+    strategies: tuple[str, ...] = STRATEGIES,
+):
     """(policy, seed, config) of every run, validated before anything is built; a policy the
-    controller does not know (no --routing yet, or not among its choices) is refused here."""
+    controller does not know (no --routing yet, or not among its choices) is refused here, and so
+    is a strategy that is not one of STRATEGIES (a test runs the ring alone, to be short)."""
+    if not strategies or any(s not in STRATEGIES for s in strategies):
+        given = ",".join(strategies) or "(none)"
+        raise ParamError(f"strategies: {given}: give some of {','.join(STRATEGIES)}")
     fields = {f.name for f in dataclasses.fields(base.controller)}
     out = []
     for policy in policies:
@@ -49,7 +60,7 @@ def sweep_configs(base: ExperimentConfig, policies: list[str], seeds: int, steps
                 FABRIC,
                 ctl,
                 {
-                    "strategies": STRATEGIES,
+                    "strategies": tuple(strategies),
                     "rank_placement": PLACEMENT,
                     "seed": seed,
                     "steps": steps,
@@ -160,7 +171,8 @@ def run(args: argparse.Namespace, say: Callable[[str], None]) -> int:
     if not 1 <= args.seeds <= 20:
         raise ParamError(f"seeds must be in 1..20, got {args.seeds}")
     base = load_scenario(SCENARIO_DIR / "compare.json")
-    runs = sweep_configs(base, policies, args.seeds, args.steps, args.grad_mb)
+    strategies = tuple(s.strip() for s in args.strategies.split(",") if s.strip())
+    runs = sweep_configs(base, policies, args.seeds, args.steps, args.grad_mb, strategies)
     require_root()
     parent = RunFolder.create(Path(args.results), label=args.run_name or "ecmp").path
     say(f"ecmp sweep: {len(policies)} policies x {args.seeds} seeds in {parent}")
@@ -200,6 +212,11 @@ def add_ecmp_parser(sub: Any) -> None:
         "--policies",
         default=",".join(POLICIES),
         help=f"routing policies, comma-separated (default: {','.join(POLICIES)})",
+    )
+    p.add_argument(
+        "--strategies",
+        default=",".join(STRATEGIES),
+        help=f"collectives each run runs, some of {','.join(STRATEGIES)} (default: all)",
     )
     p.add_argument("--seeds", type=int, default=3, help="runs per policy (default: 3)")
     p.add_argument("--steps", type=int, default=10, help="training steps per strategy (default: 10)")

@@ -132,3 +132,14 @@ def test_the_report_section_shows_the_runs_collisions(tmp_path):
 def test_a_policy_the_controller_lacks_is_refused():
     with pytest.raises(ParamError, match="nosuch"):
         sweep_configs(load_scenario(SCENARIO_DIR / "compare.json"), ["nosuch"], 1, 3, 0.5)
+
+
+def test_strategies_are_some_of_ring_and_allreduce():
+    base = load_scenario(SCENARIO_DIR / "compare.json")
+    runs = sweep_configs(base, ["ecmp", "hedera"], 2, 3, 0.5, ("ring",))
+    assert [(p, s) for p, s, _ in runs] == [("ecmp", 1), ("ecmp", 2), ("hedera", 1), ("hedera", 2)]
+    assert all(cfg.strategies == ("ring",) for _, _, cfg in runs)
+    assert sweep_configs(base, ["ecmp"], 1, 3, 0.5)[0][2].strategies == ("ring", "allreduce")
+    for wrong in [("ring", "moe"), ()]:
+        with pytest.raises(ParamError, match="give some of ring,allreduce"):
+            sweep_configs(base, ["ecmp"], 1, 3, 0.5, wrong)
