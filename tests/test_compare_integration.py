@@ -139,11 +139,14 @@ def test_timeouts_in_the_workers_captures_agree_with_the_kernel(compare_run):
 
 def test_timeouts_in_the_ps_hosts_capture_agree_with_the_kernel(compare_run):
     """The PS host too has a floor and a ceiling (tests.conftest.timeout_bounds): at least half of
-    its kernel's timeouts and at most two more."""
+    its kernel's timeouts and at most two more; compare_run's 1 MiB replies make the floor at least 2,
+    so a capture analysis that lost the PS host's own timeouts fails here."""
     run, _ = compare_run
     kernel, pcap = _timeouts(run, "ps")
     for host in _ps_hosts(run):
         lo, hi = timeout_bounds(kernel[host], ps_host=True)
+        print(f"PS host {host}: kernel {kernel[host]} timeouts, capture {pcap[host]}, bounds {lo}-{hi}")
+        assert lo >= 2, f"the run must give the PS host's floor something to hold: kernel {kernel[host]}"
         assert lo <= pcap[host] <= hi, (host, kernel[host], pcap[host])
 
 
@@ -283,18 +286,30 @@ def test_fidelity_from_the_kernels_drop_counters_and_tshark(compare_run):
     assert ps["unexplained_loss_share"] <= 0.05, "the PS's losses are the switch queues' drops"
 
 
-@pytest.mark.xfail(
-    reason="finding: OVS's userspace datapath sends a port's packets in batches (sendmmsg); a packet "
-    "the full queue refuses is offered again, and when the call's first packet is refused the rest of "
-    "the batch is dropped unoffered, so tc counts refusals, not lost packets (strace of a ring run: "
-    "47 refused calls, 29 with packets behind the refused one). The ring's losses then exceed the "
-    "queues' count by 10-15 % in some runs (docs/DESIGN.md, the fidelity verdict)",
-    strict=False,
-)
-def test_the_default_compare_is_trustworthy(compare_run):
+def test_the_compare_is_trustworthy_but_for_the_rings_loss_counter(compare_run):
+    """Whatever the verdict, it is the known one. OVS's userspace datapath sends a port's packets in
+    batches (sendmmsg); when a call's first packet is refused by the full queue the rest of the batch
+    is dropped unoffered, so tc counts refusals, not lost packets, and the ring's losses exceed the
+    queues' count in about half of the runs (docs/DESIGN.md, the fidelity verdict; 10-15 % at the
+    default 0.5 MiB, 32 % in one run at compare_run's 1 MiB). So: the PS is trustworthy; the ring is
+    trustworthy, or degraded for that one reason alone, in that direction (the captures saw more
+    losses than the queues counted: the share is above the limit, not a CPU or pace reason); the
+    run's verdict is the ring's, with its reasons. The share's size is the batches', not bounded."""
     run, _ = compare_run
-    fidelity = json.loads((run / "summary.json").read_text())["fidelity"]
-    assert fidelity["verdict"] == "trustworthy", fidelity["reasons"]
+    summary = json.loads((run / "summary.json").read_text())
+    per = {name: fig["fidelity"] for name, fig in summary["strategies"].items()}
+    assert per["ps"]["verdict"] == "trustworthy" and per["ps"]["reasons"] == [], per["ps"]["reasons"]
+    ring = per["ring"]
+    print(f"ring: {ring['verdict']}, unexplained loss share {ring['unexplained_loss_share']}")
+    if ring["verdict"] == "degraded":
+        assert len(ring["reasons"]) == 1 and "counted by no switch queue" in ring["reasons"][0], ring
+        assert ring["unexplained_loss_share"] > 0.05, ring
+    else:
+        assert ring["verdict"] == "trustworthy" and ring["reasons"] == [], ring
+    assert summary["fidelity"] == {
+        "verdict": ring["verdict"],
+        "reasons": [f"ring: {r}" for r in ring["reasons"]],
+    }
 
 
 def test_retransmissions_agree_with_tshark_on_the_incast_capture(compare_run):
