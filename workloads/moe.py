@@ -13,7 +13,7 @@ outputs back) in the forward, and their gradients in the backward, 4 per step (w
 every host receives from all others at once). The dense parameters (everything but the experts)
 are data parallel: their gradients averaged by workloads.ring's all-reduce. An expert's gradient
 already holds every rank's tokens; it is divided by N, so the training is the unsplit model's on
-the mean of the ranks' losses (`unsplit_losses`, the oracle).
+the mean of the ranks' losses (the oracle: tests/test_moe_procs.py, plain torch, none of this code).
 """
 
 from __future__ import annotations
@@ -203,24 +203,6 @@ def sgd_(tensors: list[torch.Tensor], lr: float) -> None:
             assert t.grad is not None
             t.sub_(t.grad, alpha=lr)
             t.grad = None
-
-
-def unsplit_losses(spec: MoeSpec, seed: int, steps: int, batch: int, lr: float) -> list[list[float]]:
-    """The same training in one process, every rank's batch a group with its own capacity, the
-    all-to-all a transpose: the distributed run's oracle. Each step's cross-entropy per rank."""
-    p = Params(spec, range(spec.experts), seed)
-    n, out = spec.ranks, []
-    for step in range(steps):
-        batches = [make_batch(ModelSpec(spec.hidden), seed, r, step, batch) for r in range(n)]
-        fronts = [front(p, x) for x, _ in batches]
-        sent = torch.stack([dispatch(p, h, r) for h, r in fronts])  # (source, destination, k, C, hidden)
-        done = torch.stack([experts_apply(p, d, sent[:, d]) for d in range(n)])  # (expert rank, source, ...)
-        ces = [F.cross_entropy(head(p, h, done[:, g], r), batches[g][1]) for g, (h, r) in enumerate(fronts)]
-        loss = sum((ce + AUX_WEIGHT * r.aux for ce, (_, r) in zip(ces, fronts, strict=True)), torch.zeros(()))
-        (loss / n).backward()
-        sgd_(p.tensors(), lr)
-        out.append([float(c.detach()) for c in ces])
-    return out
 
 
 @dataclass
