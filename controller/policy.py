@@ -17,9 +17,11 @@ from dataclasses import dataclass
 Link = tuple[str, str]
 LARGE_SHARE = 0.1  # Hedera's threshold: a flow above 10 % of its host's link rate is large
 QUANTUM = 1e6  # first fit compares loads in whole Mbit/s
-# a path has room when its links' load plus the demand is within 5 % of capacity: the ACK stream of
-# a reverse flow (2-3 % of a data flow) sharing the link must not make a full-rate flow move
-ROOM = 1.05
+# a path has room when its links' load plus the demand is within a large flow's share (10 %) of
+# capacity: a move must free at least that much. The ACK streams of reverse flows and gloo's small
+# flows (1-1.7 Mbit/s beside a 20 Mbit/s ring flow) must not make full-rate flows swap spines for a
+# few hundred kbit/s, each swap reordering both (make ecmp, 2026-12-07: six such moves in 10 s at 5 %)
+ROOM = 1 + LARGE_SHARE
 
 
 def path_links(src_leaf: str, dst_leaf: str, spine: str) -> tuple[Link, Link]:
