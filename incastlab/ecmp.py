@@ -42,10 +42,12 @@ def sweep_configs(
     steps: int,
     grad_mb: float,
     strategies: tuple[str, ...] = STRATEGIES,
+    link_mbit: float | None = None,
 ):
     """(policy, seed, config) of every run, validated before anything is built; a policy the
     controller does not know (no --routing yet, or not among its choices) is refused here, and so
-    is a strategy that is not one of STRATEGIES (a test runs the ring alone, to be short)."""
+    is a strategy that is not one of STRATEGIES (a test runs the ring alone, to be short).
+    link_mbit: every link's rate (hosts and uplinks alike), None for the scenario's."""
     if not strategies or any(s not in STRATEGIES for s in strategies):
         given = ",".join(strategies) or "(none)"
         raise ParamError(f"strategies: {given}: give some of {','.join(STRATEGIES)}")
@@ -57,7 +59,7 @@ def sweep_configs(
         ctl = {"routing": policy} if "routing" in fields else {}
         for seed in range(1, seeds + 1):
             cfg = base.overridden(
-                FABRIC,
+                FABRIC | ({} if link_mbit is None else {"host_mbit": link_mbit, "uplink_mbit": link_mbit}),
                 ctl,
                 {
                     "strategies": tuple(strategies),
@@ -172,7 +174,7 @@ def run(args: argparse.Namespace, say: Callable[[str], None]) -> int:
         raise ParamError(f"seeds must be in 1..20, got {args.seeds}")
     base = load_scenario(SCENARIO_DIR / "compare.json")
     strategies = tuple(s.strip() for s in args.strategies.split(",") if s.strip())
-    runs = sweep_configs(base, policies, args.seeds, args.steps, args.grad_mb, strategies)
+    runs = sweep_configs(base, policies, args.seeds, args.steps, args.grad_mb, strategies, args.link_mbit)
     require_root()
     parent = RunFolder.create(Path(args.results), label=args.run_name or "ecmp").path
     say(f"ecmp sweep: {len(policies)} policies x {args.seeds} seeds in {parent}")
@@ -221,6 +223,12 @@ def add_ecmp_parser(sub: Any) -> None:
     p.add_argument("--seeds", type=int, default=3, help="runs per policy (default: 3)")
     p.add_argument("--steps", type=int, default=10, help="training steps per strategy (default: 10)")
     p.add_argument("--grad-mb", type=float, default=0.5, help="gradient MiB (default: 0.5)")
+    p.add_argument(
+        "--link-mbit",
+        type=float,
+        default=None,
+        help="every link's rate, hosts and uplinks (default: the compare scenario's, 20)",
+    )
     p.add_argument("--no-report", action="store_true", help="skip each run's report.html")
     p.add_argument(
         "--rebuild",

@@ -143,3 +143,13 @@ def test_strategies_are_some_of_ring_and_allreduce():
     for wrong in [("ring", "moe"), ()]:
         with pytest.raises(ParamError, match="give some of ring,allreduce"):
             sweep_configs(base, ["ecmp"], 1, 3, 0.5, wrong)
+
+
+def test_link_mbit_sets_every_link_and_a_bad_rate_is_refused():
+    base = load_scenario(SCENARIO_DIR / "compare.json")
+    fabric = sweep_configs(base, ["ecmp"], 1, 3, 0.5, ("ring",), 10)[0][2].fabric
+    assert (fabric.host_mbit, fabric.uplink_mbit) == (10, 10)
+    default = sweep_configs(base, ["ecmp"], 1, 3, 0.5)[0][2].fabric
+    assert (default.host_mbit, default.uplink_mbit) == (base.fabric.host_mbit, base.fabric.uplink_mbit)
+    with pytest.raises(ParamError, match="mbit"):
+        sweep_configs(base, ["ecmp"], 1, 3, 0.5, ("ring",), 0)
