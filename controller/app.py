@@ -2,13 +2,15 @@
 every TCP/UDP flow learned from the first packets its ingress leaf copies here (controller.flows),
 placed by the run's routing policy (controller.policy).
 
-One handler per OpenFlow message type, as in os-ken's sample apps. Configuration comes from
-controller.main through the module-level CONFIG before os-ken instantiates the app.
+One handler per OpenFlow message type, as in os-ken's sample apps. os-ken instantiates the app
+itself, so its configuration (AppConfig: the plan, the run model's ControllerOptions, the files)
+is set by controller.main in the module-level CONFIG before it does.
 """
 
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -35,9 +37,24 @@ from controller.routing import (
     flow_entry,
 )
 from controller.stats import PORT_FIELDS, StatsStore
+from runmodel.config import ControllerOptions
 from runmodel.fabric import Plan
 
-CONFIG: dict[str, Any] = {}
+
+@dataclass(frozen=True)
+class AppConfig:
+    """What the app runs with: the plan, the options (the run model's one declaration of them),
+    the API's listening socket (opened by controller.main, so a taken port is refused before
+    os-ken starts), the sample record and the runner's phase file."""
+
+    plan: Plan
+    options: ControllerOptions
+    api_socket: Any
+    record: Path | None = None
+    phase_file: Path | None = None
+
+
+CONFIG: AppConfig | None = None
 LOG = logging.getLogger("incastlab.controller")
 
 
@@ -48,28 +65,26 @@ class FabricController(app_manager.OSKenApp):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.plan: Plan = CONFIG["plan"]
-        self.interval: float = float(CONFIG.get("interval", 1.0))
+        cfg = CONFIG
+        assert cfg is not None, "controller.main sets controller.app.CONFIG before os-ken starts the app"
+        self.plan: Plan = cfg.plan
+        self.interval: float = cfg.options.interval
         self.down: set[tuple[str, str]] = set()  # dead (leaf, spine) links
         self.port_state: dict[tuple[str, int], bool] = {}
         self.rules: dict[int, SwitchRules] = compute_rules(self.plan)
-        record = CONFIG.get("record")
-        self.store = StatsStore(self.plan, record=Path(record) if record else None)
+        self.store = StatsStore(self.plan, record=cfg.record)
         self.datapaths: dict[int, Any] = {}
-        self.routing: str = CONFIG.get("routing", "ecmp")
+        self.routing: str = cfg.options.routing
         self.flows = FlowBook(self.plan)
         self.recorded: dict[FlowKey, tuple[int, str | None]] = {}  # (bytes, path) last written
-        phase = CONFIG.get("phase_file")
         self.api = ApiApp(
             self.plan,
             self.store,
             lambda: set(self.datapaths),
-            phase_file=Path(phase) if phase else None,
+            phase_file=cfg.phase_file,
             flows=lambda n: self.flows.top(self.store.now(), n),
         )
-        self.listener = CONFIG.get("api_socket") or eventlet.listen(
-            (CONFIG.get("api_host", "127.0.0.1"), int(CONFIG.get("api_port", 8080)))
-        )
+        self.listener = cfg.api_socket
         self.threads.append(
             hub.spawn(
                 eventlet.wsgi.server, self.listener, self.api, log_output=False, socket_timeout=CLIENT_TIMEOUT

@@ -17,7 +17,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from controller.main import port_free
+from controller.main import options_argv, port_free
 from runmodel.config import ControllerOptions
 from runmodel.fabric import Plan
 from runmodel.folder import RunFolder
@@ -52,7 +52,6 @@ class ControllerProcess:
         self.of_port = options.of_port
         self.api_port = options.api_port
         self.api_host = options.api_host
-        self.interval = options.interval
         self.record = record
         folder = RunFolder(workdir)
         self.plan_file = folder.plan_file
@@ -82,27 +81,8 @@ class ControllerProcess:
         self.check_ports()
         self.workdir.mkdir(parents=True, exist_ok=True)
         write_json(self.plan_file, self.plan.to_dict())
-        argv = [
-            sys.executable,
-            "-m",
-            "controller.main",
-            "--plan",
-            str(self.plan_file),
-            "--of-host",
-            self.of_host,
-            "--of-port",
-            str(self.of_port),
-            "--api-host",
-            self.api_host,
-            "--api-port",
-            str(self.api_port),
-            "--interval",
-            str(self.interval),
-            "--phase-file",
-            str(self.phase_file),
-            "--routing",
-            self.options.routing,
-        ]
+        argv = [sys.executable, "-m", "controller.main", "--plan", str(self.plan_file)]
+        argv += options_argv(self.options) + ["--phase-file", str(self.phase_file)]
         if self.record is not None:
             argv += ["--record", str(self.record)]
         env = dict(os.environ, PYTHONUNBUFFERED="1")

@@ -13,29 +13,43 @@ import socket
 import sys
 from pathlib import Path
 
-from runmodel.config import ROUTINGS
+from runmodel.config import ControllerOptions
 from runmodel.fabric import Plan
+from runmodel.params import Flag, ParamError, flags
+
+# ControllerOptions' fields that are the runner's business, not the controller process's
+RUNNER_ONLY = ("servers",)
+
+
+def option_flags() -> list[Flag]:
+    """The controller process's flags of ControllerOptions: declared once, in the run model."""
+    return [fl for fl in flags(ControllerOptions) if fl.name not in RUNNER_ONLY]
+
+
+def options_argv(options: ControllerOptions) -> list[str]:
+    """The command-line flags that give the process `options` (the launcher's side of parse_args)."""
+    return [arg for fl in option_flags() for arg in (fl.flag, str(getattr(options, fl.name)))]
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    """Command-line options of the controller process."""
+    """Command-line options of the controller process: ControllerOptions' flags, with its defaults,
+    and the files it reads and writes."""
     p = argparse.ArgumentParser(prog="incastlab-controller", description=__doc__)
     p.add_argument("--plan", required=True, type=Path, help="wiring plan JSON written by the fabric")
-    p.add_argument(
-        "--of-host",
-        default="127.0.0.1",
-        help="OpenFlow listen address (default loopback: the switches run on this machine)",
-    )
-    p.add_argument("--of-port", type=int, default=6653, help="OpenFlow listen port (default 6653)")
-    p.add_argument("--api-host", default="127.0.0.1", help="HTTP API address (default loopback)")
-    p.add_argument("--api-port", type=int, default=8080, help="HTTP API port (default 8080)")
-    p.add_argument("--interval", type=float, default=1.0, help="statistics poll interval, s")
-    p.add_argument(
-        "--routing", default="ecmp", choices=ROUTINGS, help="routing policy (see runmodel.config.ROUTINGS)"
-    )
+    for fl in option_flags():
+        p.add_argument(
+            fl.flag, dest=fl.name, type=fl.parse, default=fl.default, choices=fl.choices, help=fl.help
+        )
     p.add_argument("--record", type=Path, help="append every sample to this JSON-lines file")
     p.add_argument("--phase-file", type=Path, help="JSON file the experiment runner writes its phase to")
     return p.parse_args(argv)
+
+
+def options_of(args: argparse.Namespace) -> ControllerOptions:
+    """The ControllerOptions the flags gave, validated (ParamError: one line naming the flag)."""
+    options = ControllerOptions(**{fl.name: getattr(args, fl.name) for fl in option_flags()})
+    options.validate()
+    return options
 
 
 def port_free(host: str, port: int) -> bool:
@@ -52,15 +66,20 @@ def port_free(host: str, port: int) -> bool:
 def main(argv: list[str] | None = None) -> int:
     """Run the controller until killed."""
     args = parse_args(argv)
-    if not 0 < args.interval <= 60:
-        print(f"controller: --interval must be in (0, 60] s, got {args.interval}", file=sys.stderr)
+    try:
+        options = options_of(args)
+    except ParamError as exc:
+        print(f"controller: {exc}", file=sys.stderr)
         return 2
     try:
         plan = Plan.from_dict(json.loads(args.plan.read_text()))
     except (OSError, ValueError, KeyError, TypeError) as exc:
         print(f"controller: cannot read plan {args.plan}: {exc}", file=sys.stderr)
         return 2
-    for what, host, port in (("OpenFlow", args.of_host, args.of_port), ("API", args.api_host, args.api_port)):
+    for what, host, port in (
+        ("OpenFlow", options.of_host, options.of_port),
+        ("API", options.api_host, options.api_port),
+    ):
         if not port_free(host, port):
             print(f"controller: {what} port {host}:{port} is already in use", file=sys.stderr)
             return 2
@@ -75,9 +94,9 @@ def main(argv: list[str] | None = None) -> int:
     import controller.app as app
 
     try:
-        api_socket = eventlet.listen((args.api_host, args.api_port))
+        api_socket = eventlet.listen((options.api_host, options.api_port))
     except OSError as exc:
-        print(f"controller: cannot listen on {args.api_host}:{args.api_port}: {exc}", file=sys.stderr)
+        print(f"controller: cannot listen on {options.api_host}:{options.api_port}: {exc}", file=sys.stderr)
         return 2
     import os
     import signal
@@ -85,16 +104,10 @@ def main(argv: list[str] | None = None) -> int:
     # SIGTERM ends the process at once: eventlet would otherwise ignore it until killed. The
     # record file is line-buffered, so nothing written is lost.
     signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
-    app.CONFIG.update(
-        plan=plan,
-        interval=args.interval,
-        routing=args.routing,
-        record=args.record,
-        phase_file=args.phase_file,
-        api_socket=api_socket,
-    )
+    app.CONFIG = app.AppConfig(plan, options, api_socket, record=args.record, phase_file=args.phase_file)
     cfg.CONF(
-        args=["--ofp-listen-host", args.of_host, "--ofp-tcp-listen-port", str(args.of_port)], project="os_ken"
+        args=["--ofp-listen-host", options.of_host, "--ofp-tcp-listen-port", str(options.of_port)],
+        project="os_ken",
     )
     import logging
 
