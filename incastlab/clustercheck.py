@@ -35,15 +35,16 @@ REMOTE_LEFT = (
 )
 
 
-def ping_rtt(fabric: Any, src: str, dst_ip: str, count: int = 50) -> dict[str, float]:
-    """ping's own summary (loss %, avg and max RTT in ms) from host src to dst_ip."""
+def ping_rtt(fabric: Any, src: str, dst_ip: str, count: int = 50) -> dict[str, float | None]:
+    """ping's own summary (loss %, avg and max RTT in ms) from host src to dst_ip; an RTT ping did
+    not print (every packet lost) is None, strict JSON's null, as every missing figure."""
     out = fabric.host(src).cmd(f"ping -c {count} -i 0.02 -q {dst_ip}")
     loss = re.search(r"([\d.]+)% packet loss", out)
     rtt = re.search(r"= [\d.]+/([\d.]+)/([\d.]+)/", out)
     return {
         "loss_pct": float(loss.group(1)) if loss else 100.0,
-        "avg_ms": float(rtt.group(1)) if rtt else -1.0,
-        "max_ms": float(rtt.group(2)) if rtt else -1.0,
+        "avg_ms": float(rtt.group(1)) if rtt else None,
+        "max_ms": float(rtt.group(2)) if rtt else None,
     }
 
 

@@ -265,3 +265,32 @@ def test_the_servers_queue_samplers_are_merged_into_one_file(tmp_path):
     assert {r["port"] for r in rows} == plan.port_names()  # the first sample writes every port
     assert [r["t"] for r in rows] == sorted(r["t"] for r in rows)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["queue_depth.jsonl"]
+
+
+class _PingHost:
+    def __init__(self, out: str) -> None:
+        self.out = out
+
+    def cmd(self, _line: str) -> str:
+        return self.out
+
+
+class _PingFabric:
+    def __init__(self, out: str) -> None:
+        self.out = out
+
+    def host(self, _name: str) -> _PingHost:
+        return _PingHost(self.out)
+
+
+def test_ping_rtt_reads_pings_summary_and_a_missing_rtt_is_null() -> None:
+    from incastlab.clustercheck import ping_rtt
+
+    ok = "50 packets transmitted, 50 received, 0% packet loss\nrtt min/avg/max/mdev = 0.1/0.25/0.9/0.05 ms"
+    assert ping_rtt(_PingFabric(ok), "h1", "10.0.0.2") == {"loss_pct": 0.0, "avg_ms": 0.25, "max_ms": 0.9}
+    lost = "50 packets transmitted, 0 received, 100% packet loss, time 1010ms\n"
+    assert ping_rtt(_PingFabric(lost), "h1", "10.0.0.2") == {
+        "loss_pct": 100.0,
+        "avg_ms": None,
+        "max_ms": None,
+    }
