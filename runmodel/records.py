@@ -204,6 +204,57 @@ class StepRecord:
         return dict(asdict(self), loss=finite_or_none(self.loss))
 
 
+# One step line type per kind of rank (workloads.rankloop's `Record`): the StepRecord every summary
+# reads, then the kind's own fields, in this order in the line.
+@dataclass(frozen=True)
+class StageStepRecord(StepRecord):
+    """A pipeline stage's step (pp): compute_s is its forwards and backwards (busy), wait_s its idle."""
+
+    stage: int
+    micro: int
+    schedule: str
+    in_flight: int  # the most micro-batches whose activations it held at once
+    bubble: float  # idle share of the step: 1 - compute_s / step time
+    bubble_theory: float  # (S - 1)/(M + S - 1)
+
+
+@dataclass(frozen=True)
+class HybridStepRecord(StageStepRecord):
+    """A stage of one of a hybrid's pipelines: pp's step line, with which pipeline of how many."""
+
+    pipeline: int
+    dp: int
+
+
+@dataclass(frozen=True)
+class TensorStepRecord(StepRecord):
+    """A tp rank's step: compute_s is the step's time outside the all-reduces."""
+
+    tp_size: int
+    allreduces: int
+
+
+@dataclass(frozen=True)
+class MoeStepRecord(StepRecord):
+    """A moe rank's step: all-to-all and ring bytes apart, its experts' load and dropped tokens."""
+
+    a2a_bytes_sent: int
+    a2a_bytes_recv: int
+    a2a_calls: int
+    ring_bytes_sent: int
+    aux_loss: float
+    expert_load: list[int]  # tokens of this rank's batch that chose each expert, before capacity
+    tokens_dropped: int
+    capacity: int
+
+
+@dataclass(frozen=True)
+class FsdpStepRecord(StepRecord):
+    """An fsdp rank's step, with the bytes of the shards it holds."""
+
+    shard_bytes: int
+
+
 @dataclass(frozen=True)
 class WorkerDone:
     """A worker's last line: it finished every step."""
