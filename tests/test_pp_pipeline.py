@@ -24,12 +24,12 @@ def _rank_main(run: Callable[..., None], job: Any, rank: int, master: str, path:
 
     torch.set_num_threads(1)
     with open(path, "w", encoding="utf-8") as f:
-        run(job, rank, master, lambda line: print(json.dumps(line), file=f, flush=True))
+        run(job, rank, master, lambda rec: print(json.dumps(rec.to_dict()), file=f, flush=True))
 
 
 def run_ranks(run: Callable[..., None], job: Any, world: int, tmp: Path) -> list[list[dict]]:
-    """`run(job, rank, master, write)` (a module-level function: spawned) in a process per rank on
-    loopback; each rank's step lines."""
+    """`run(job, rank, master, write)` (a module-level function: spawned; `write` takes a typed step
+    record) in a process per rank on loopback; each rank's step lines."""
     master = f"127.0.0.1:{free_port()}"
     ctx = mp.get_context("spawn")
     paths = [tmp / f"rank{r}.jsonl" for r in range(world)]

@@ -14,19 +14,24 @@ Each stage sends its whole gradient to the same stage of every other pipeline an
 receives in pipeline order, so every pipeline gets the same bits. For D = 2 that moves what a ring
 would (each side sends the gradient once); for larger D, (D - 1) gradients where a ring sends
 2 (D - 1)/D.
+
+`HybridStage` is the kind's RankStrategy (workloads.rankloop): a pp Stage whose gradients are
+averaged across the pipelines before its SGD, its step line a HybridStepRecord.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
 from runmodel.job import JobSpec, RankJob
-from workloads.errors import exit_flushed, rank_main
+from runmodel.records import HybridStepRecord
 from workloads.model import BYTES_PER_PARAM
-from workloads.pipeline import PipeJob, PipeSpec, SplitTraining, Stage, StageStep, run_stages, stage_pairs
+from workloads.pipeline import PipeJob, PipeSpec, SplitTraining, Stage, StageStep, stage_pairs
+from workloads.rankloop import NO_SLOWDOWN, Slowdown
 
 _TAG_GRADS = 1 << 20  # above every micro-batch's tags (2 x micro + 1)
 
@@ -71,16 +76,52 @@ def exchange_sum(flat: torch.Tensor, peers: list[int], me: int) -> tuple[torch.T
     return total, moved, moved
 
 
+@dataclass(frozen=True)
+class HybridJob(PipeJob):
+    """What every hybrid rank is told: each pipeline's shape (PipeJob: its stages are `stages`) and
+    the number of pipelines."""
+
+    dp: int
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.dp < 1:
+            raise ValueError(f"dp must be >= 1, got {self.dp}")
+
+
 class HybridStage(Stage):
     """Stage `stage` of pipeline `pipeline` of `dp`: a pp stage whose gradients are averaged with the
     same stage of the other pipelines before its SGD."""
 
-    strategy = "hybrid"
+    kind = "hybrid"
+    what = "hybrid rank"
+    Options = HybridJob
+    Record = HybridStepRecord
+    summary_fields = ()
+    job: HybridJob
 
-    def __init__(self, job: PipeJob, dp: int, pipeline: int, stage: int) -> None:
-        super().__init__(job, stage, base=pipeline * job.stages, data=pipeline)
-        self.dp, self.pipeline = dp, pipeline
-        self.peers = [q * job.stages + stage for q in range(dp)]
+    def __init__(self, job: HybridJob, pipeline: int, stage: int, slow: Slowdown = NO_SLOWDOWN) -> None:
+        super().__init__(job, stage, base=pipeline * job.stages, data=pipeline, slow=slow)
+        self.dp, self.pipeline = job.dp, pipeline
+        self.peers = [q * job.stages + stage for q in range(job.dp)]
+
+    @staticmethod
+    def traffic_theory(job: JobSpec) -> dict[tuple[int, int], int]:
+        return traffic_theory(job)
+
+    @classmethod
+    def options(cls, job: JobSpec) -> HybridJob:
+        return hybrid_job(job)
+
+    @classmethod
+    def world_of(cls, opts: HybridJob) -> int:
+        return opts.dp * opts.stages
+
+    @classmethod
+    def make(cls, opts: HybridJob, rank: int, slow: Slowdown) -> HybridStage:
+        """Global rank g is pipeline x stages + stage."""
+        pipeline, stage = divmod(rank, opts.stages)
+        return cls(opts, pipeline, stage, slow)
 
     def reduce_grads(self, out: StageStep) -> None:
         """Every gradient of the stage's layers replaced by its mean over the pipelines."""
@@ -97,27 +138,28 @@ class HybridStage(Stage):
         out.bytes_sent += sent
         out.bytes_recv += recv
 
-    def record(self, step: int, t_start: float, measured: StageStep) -> dict[str, Any]:
+    def record(self, step: int, t_start: float, t_end: float, measured: StageStep) -> HybridStepRecord:
         """pp's step line with the pipeline and the number of pipelines."""
-        return super().record(step, t_start, measured) | {"pipeline": self.pipeline, "dp": self.dp}
+        kw = self.stage_fields(step, t_start, t_end, measured)
+        return HybridStepRecord(**kw, pipeline=self.pipeline, dp=self.dp)
 
 
-def hybrid_job(job: JobSpec) -> tuple[PipeJob, int]:
-    """The pipelines' part of a strategy's job.json (every pipeline's PipeJob) and their number."""
+def hybrid_job(job: JobSpec) -> HybridJob:
+    """The pipelines' part of a strategy's job.json: each pipeline's shape and their number."""
     spec = job.spec
-    return PipeJob(spec.pp, spec.micro, spec.schedule, **SplitTraining.of_job(job)), spec.dp
+    return HybridJob(spec.pp, spec.micro, spec.schedule, spec.dp, **SplitTraining.of_job(job))
 
 
-def run_rank(job: PipeJob, dp: int, rank: int, master: str, write: Any) -> None:
+def run_rank(job: PipeJob, dp: int, rank: int, master: str, write: Any, slow: Slowdown = NO_SLOWDOWN) -> None:
     """Global rank `rank` of dp pipelines of job.stages stages: join, train, write its steps, leave."""
-    pipeline, stage = divmod(rank, job.stages)
-    run_stages(job, lambda: HybridStage(job, dp, pipeline, stage), rank, dp * job.stages, master, write)
+    opts = HybridJob(job.stages, job.micro, job.schedule, dp, **SplitTraining.of_job(job))
+    HybridStage.train(opts, rank, master, write, slow)
 
 
 def run_job(job: JobSpec, me: RankJob, master: str, write: Any) -> None:
     """Rank `me.rank` of a hybrid job (the entry point is workloads.errors.rank_main)."""
-    run_rank(*hybrid_job(job), me.rank, master, write)
+    HybridStage.run_job(job, me, master, write)
 
 
 if __name__ == "__main__":
-    exit_flushed(rank_main("workloads.hybrid", __doc__, "hybrid rank", run_job))
+    HybridStage.main("workloads.hybrid", __doc__)

@@ -11,17 +11,17 @@ batch x hidden x 4 bytes each way between consecutive stages per step, whatever 
 The last stage's loss is the mean of the micro-batches' losses, each scaled by 1/M before its
 backward, so the gradients add up to the full batch's: the same training as `unsplit_losses`.
 `compute_ms` emulates an accelerator: that long a sleep in each micro-batch's forward and again in
-its backward. A stage's step line (runmodel.records.StepRecord, plus the pipeline's own keys)
-says how long it computed (busy) and how long it waited (the bubble: idle / step time).
+its backward (`compute_factor` times longer on a straggler's stage; every `slow_every`-th step its
+compute `slow_factor` times as long: workloads.rankloop). A stage's step line
+(runmodel.records.StageStepRecord) says how long it computed (busy) and how long it waited (the
+bubble: idle / step time). `Stage` is the kind's RankStrategy: it runs on workloads.rankloop's loop.
 """
 
 from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field, fields
-from datetime import timedelta
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -29,10 +29,10 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from runmodel.job import JobSpec, RankJob
-from runmodel.records import StepRecord
+from runmodel.records import StageStepRecord
 from runmodel.strategy import PP_DEPTH, SCHEDULES
-from workloads.errors import exit_flushed, rank_main
 from workloads.model import BYTES_PER_PARAM, CLASSES, D_IN, ModelSpec, _generator, make_batch, shard_bounds
+from workloads.rankloop import NO_SLOWDOWN, RankStrategy, Slowdown, Training
 from workloads.schedules import (
     BWD,
     FWD,
@@ -152,22 +152,9 @@ def unsplit_losses(
 
 
 @dataclass(frozen=True, kw_only=True)
-class SplitTraining:
-    """The training parameters every rank of a model split (pp, tp, hybrid) is told, as job.json
-    has them; each split adds its own shape before them (positional) in a subclass."""
-
-    steps: int
-    grad_mb: float
-    batch: int
-    lr: float
-    seed: int
-    compute_ms: float = 0.0
-    timeout: float = 60.0
-
-    @staticmethod
-    def of_job(job: JobSpec) -> dict[str, Any]:
-        """These parameters of a strategy's job.json, as keyword arguments of a subclass."""
-        return {f.name: getattr(job, f.name) for f in fields(SplitTraining)}
+class SplitTraining(Training):
+    """The training parameters of a split of this module's model (pp, tp, hybrid): rankloop's
+    Training, and the model they describe."""
 
     @property
     def spec(self) -> PipeSpec:
@@ -197,9 +184,9 @@ class PipeJob(SplitTraining):
 
 @dataclass
 class StageStep:
-    """One step of one stage, as measured."""
+    """One step of one stage, as measured (rankloop's Measured)."""
 
-    busy_s: float = 0.0  # forwards and backwards, real CPU plus the emulated accelerator
+    compute_s: float = 0.0  # busy: forwards and backwards, real CPU plus the emulated accelerator
     in_flight: int = 0  # the most micro-batches whose activations it held at once
     bytes_sent: int = 0
     bytes_recv: int = 0
@@ -207,26 +194,52 @@ class StageStep:
     sends: list[Any] = field(default_factory=list)
 
 
-class Stage:
-    """One stage process's part of the pipeline (the process group is set up by the caller).
+class Stage(RankStrategy):
+    """One stage process's part of the pipeline: pp's RankStrategy (workloads.rankloop runs it).
 
     `base` is the global rank of the pipeline's first stage (its stages are ranks base .. base + S - 1)
     and `data` the make_batch stream its batches come from: 0 and 0 for pp, one pipeline of several
     for hybrid. A subclass may act on the gradients between the backwards and the SGD (reduce_grads)."""
 
-    strategy = "pp"
+    kind = "pp"
+    what = "pipeline stage"
+    Options = PipeJob
+    Record = StageStepRecord
+    summary_fields = (
+        "pp_bubble",
+        "pp_bubble_by_stage",
+        "pp_bubble_theory",
+        "pp_in_flight_by_stage",
+        "pp_stage_bytes_theory",
+    )
+    back_to_back = True  # a stage's wait for the next step's input is its idle, in the step
+    job: PipeJob
 
-    def __init__(self, job: PipeJob, stage: int, base: int = 0, data: int = 0) -> None:
-        self.job, self.stage, self.base, self.data = job, stage, base, data
-        self.rank = base + stage
+    def __init__(
+        self, job: PipeJob, stage: int, base: int = 0, data: int = 0, slow: Slowdown = NO_SLOWDOWN
+    ) -> None:
+        super().__init__(job, base + stage, slow)
+        self.stage, self.base, self.data = stage, base, data
         self.spec = job.spec
         self.layers = Layers(self.spec, self.spec.stage_layers(stage, job.stages), job.seed)
         self.plan = stage_actions(stage, job.stages, job.micro, job.schedule)
         self.rows = job.batch // job.micro
 
-    def _emulate(self) -> None:
-        if self.job.compute_ms:
-            time.sleep(self.job.compute_ms / 1000.0)
+    @staticmethod
+    def traffic_theory(job: JobSpec) -> dict[tuple[int, int], int]:
+        return traffic_theory(job)
+
+    @classmethod
+    def options(cls, job: JobSpec) -> PipeJob:
+        return pipe_job(job)
+
+    @classmethod
+    def world_of(cls, opts: PipeJob) -> int:
+        return opts.stages
+
+    @classmethod
+    def make(cls, opts: PipeJob, rank: int, slow: Slowdown) -> Stage:
+        return cls(opts, rank, slow=slow)
 
     def step(self, step: int) -> StageStep:
         """Run the stage's actions for one step, then its SGD; waits for its sends to leave."""
@@ -272,8 +285,8 @@ class Stage:
                     assert a.op == BWD
                     h = outputs.pop(i)
                     h.backward(None if last else grads.pop(i))
-                self._emulate()
-                out.busy_s += time.perf_counter() - c0
+                self.emulate()  # compute_ms per micro-batch's forward, and again per backward
+                out.compute_s += time.perf_counter() - c0
         for work, _ in out.sends:
             work.wait()
         out.sends.clear()
@@ -285,79 +298,41 @@ class Stage:
     def reduce_grads(self, out: StageStep) -> None:
         """Between the step's backwards and its SGD: nothing in a pipeline of its own."""
 
-    def record(self, step: int, t_start: float, measured: StageStep) -> dict[str, Any]:
-        """The step's line (stage_record)."""
-        return stage_record(self.job, self.stage, step, t_start, measured, self.rank, self.strategy)
+    def stage_fields(self, step: int, t_start: float, t_end: float, measured: StageStep) -> dict[str, Any]:
+        """The fields of the stage's step line: a StepRecord's (what every strategy's summary reads)
+        and the pipeline's own (stage, in_flight, bubble and its theory)."""
+        job = self.job
+        span = max(t_end - t_start, 1e-9)
+        return {
+            "rank": self.rank,
+            "strategy": self.kind,
+            "step": step,
+            "t_start": t_start,
+            "t_end": t_end,
+            "compute_s": measured.compute_s,
+            "comm_s": span - measured.compute_s,
+            "wait_s": span - measured.compute_s,
+            "bytes_sent": measured.bytes_sent,
+            "bytes_recv": measured.bytes_recv,
+            "loss": measured.loss,
+            "samples": job.batch if self.stage == 0 else 0,
+            "stage": self.stage,
+            "micro": job.micro,
+            "schedule": job.schedule,
+            "in_flight": measured.in_flight,
+            "bubble": round(1.0 - measured.compute_s / span, 6),
+            "bubble_theory": round(job.bubble_theory, 6),
+        }
+
+    def record(self, step: int, t_start: float, t_end: float, measured: StageStep) -> StageStepRecord:
+        """The step's line (stage_fields)."""
+        return StageStepRecord(**self.stage_fields(step, t_start, t_end, measured))
 
 
-def stage_record(
-    job: PipeJob,
-    stage: int,
-    step: int,
-    t_start: float,
-    measured: StageStep,
-    rank: int | None = None,
-    strategy: str = "pp",
-) -> dict[str, Any]:
-    """The stage's step line: a StepRecord (what every strategy's summary reads) plus the
-    pipeline's own keys (stage, in_flight, bubble and its theory). `rank`: the global rank (the
-    stage's own by default)."""
-    t_end = time.time()
-    span = max(t_end - t_start, 1e-9)
-    rec = StepRecord(
-        rank=stage if rank is None else rank,
-        strategy=strategy,
-        step=step,
-        t_start=t_start,
-        t_end=t_end,
-        compute_s=measured.busy_s,
-        comm_s=span - measured.busy_s,
-        wait_s=span - measured.busy_s,
-        bytes_sent=measured.bytes_sent,
-        bytes_recv=measured.bytes_recv,
-        loss=measured.loss,
-        samples=job.batch if stage == 0 else 0,
-    )
-    extra = {
-        "stage": stage,
-        "micro": job.micro,
-        "schedule": job.schedule,
-        "in_flight": measured.in_flight,
-        "bubble": round(1.0 - measured.busy_s / span, 6),
-        "bubble_theory": round(job.bubble_theory, 6),
-    }
-    return rec.to_dict() | extra
-
-
-def run_stage(job: PipeJob, stage: int, master: str, write: Any) -> None:
+def run_stage(job: PipeJob, stage: int, master: str, write: Any, slow: Slowdown = NO_SLOWDOWN) -> None:
     """Join the pipeline's process group at `master` (host:port, stage 0's), train every step,
-    `write` each step's line (a dict), and leave together with the other stages."""
-    run_stages(job, lambda: Stage(job, stage), stage, job.stages, master, write)
-
-
-def run_stages(
-    job: PipeJob, make: Callable[[], Stage], rank: int, world: int, master: str, write: Any
-) -> None:
-    """run_stage for any group of stages: join the group of `world` at `master` as `rank`, build the
-    stage (`make`), train and write its job's steps, leave together with the others."""
-    dist.init_process_group(
-        "gloo",
-        init_method=f"tcp://{master}",
-        rank=rank,
-        world_size=world,
-        timeout=timedelta(seconds=job.timeout),
-    )
-    try:
-        me = make()
-        t_start = time.time()
-        for step in range(job.steps):
-            measured = me.step(step)
-            line = me.record(step, t_start, measured)
-            write(line)
-            t_start = line["t_end"]  # steps back to back: the wait for the next step's input is its idle
-        dist.barrier()
-    finally:
-        dist.destroy_process_group()
+    `write` each step's StageStepRecord, and leave together with the other stages (rankloop's loop)."""
+    Stage.train(job, stage, master, write, slow)
 
 
 def stage_bytes_theory(grad_mb: float, batch: int) -> int:
@@ -386,8 +361,8 @@ def pipe_job(job: JobSpec) -> PipeJob:
 
 def run_job(job: JobSpec, me: RankJob, master: str, write: Any) -> None:
     """Stage `me.rank` of a pp job (the entry point is workloads.errors.rank_main)."""
-    run_stage(pipe_job(job), me.rank, master, write)
+    Stage.run_job(job, me, master, write)
 
 
 if __name__ == "__main__":
-    exit_flushed(rank_main("workloads.pipeline", __doc__, "pipeline stage", run_job))
+    Stage.main("workloads.pipeline", __doc__)

@@ -45,7 +45,10 @@ from runmodel.records import StepRecord
 from workloads.errors import WorkloadError, _reason, exit_flushed, rank_main
 
 # kind -> "module:Class" of its RankStrategy (imported when asked for: each pulls in its own model)
-REGISTRY: dict[str, str] = {}
+REGISTRY = {
+    "pp": "workloads.pipeline:Stage",
+    "hybrid": "workloads.hybrid:HybridStage",
+}
 
 
 def strategy_class(kind: str) -> type[RankStrategy]:
