@@ -47,6 +47,7 @@ from workloads.errors import WorkloadError, _reason, exit_flushed, rank_main
 # kind -> "module:Class" of its RankStrategy (imported when asked for: each pulls in its own model)
 REGISTRY = {
     "pp": "workloads.pipeline:Stage",
+    "tp": "workloads.tensor:TensorRank",
     "hybrid": "workloads.hybrid:HybridStage",
 }
 

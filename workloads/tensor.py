@@ -16,25 +16,25 @@ Every rank trains on the full batch (model.make_batch, rank 0's stream) and so c
 loss, then applies SGD to its own parameters; the replicated ones stay bit-identical because the
 ring hands every rank the same bits. The same training as pipeline.unsplit_losses, up to the order
 of float sums. `compute_ms` emulates an accelerator: that long a sleep after the rank's forward and
-again after its backward.
+again after its backward (`compute_factor` times longer on a straggler's rank; every `slow_every`-th
+step its compute `slow_factor` times as long). `TensorRank` is the kind's RankStrategy: it runs on
+workloads.rankloop's loop, its step line a TensorStepRecord.
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from datetime import timedelta
 from typing import Any
 
 import torch
-import torch.distributed as dist
 import torch.nn.functional as F
 
 from runmodel.job import JobSpec, RankJob
-from runmodel.records import StepRecord
-from workloads.errors import exit_flushed, rank_main
+from runmodel.records import TensorStepRecord
 from workloads.model import BYTES_PER_PARAM, ModelSpec, make_batch, shard_bounds
 from workloads.pipeline import PipeSpec, SplitTraining, init_layer
+from workloads.rankloop import NO_SLOWDOWN, RankStrategy, Slowdown
 from workloads.ring import chunk_sizes, ring_allreduce_, schedule
 
 
@@ -128,11 +128,28 @@ class _SumBackward(torch.autograd.Function):
         return ctx.ring.sum(grad), None
 
 
-class TensorRank:
-    """One rank's part of the model: the replicated layers whole, its slice of every pair."""
+@dataclass
+class TensorStep:
+    """One step of one rank, as measured (rankloop's Measured): its loss, its compute (the step
+    outside the all-reduces) and the all-reduces' figures."""
 
-    def __init__(self, job: TensorJob, rank: int) -> None:
-        self.job, self.rank = job, rank
+    loss: float
+    compute_s: float
+    ring: Ring
+
+
+class TensorRank(RankStrategy):
+    """One rank's part of the model: the replicated layers whole, its slice of every pair; tp's
+    RankStrategy (workloads.rankloop runs it)."""
+
+    kind = "tp"
+    what = "tensor-parallel rank"
+    Options = TensorJob
+    Record = TensorStepRecord
+    job: TensorJob
+
+    def __init__(self, job: TensorJob, rank: int, slow: Slowdown = NO_SLOWDOWN) -> None:
+        super().__init__(job, rank, slow)
         self.spec = spec = job.spec
         self.pairs = dict(layer_pairs(spec))  # column layer -> row layer
         rows = set(self.pairs.values())
@@ -146,6 +163,18 @@ class TensorRank:
                 w = w[part, :].clone()  # row-parallel; the bias is added once, after the sum
             self.params[n] = (w.requires_grad_(True), b.requires_grad_(True))
         self.ring = Ring(rank, job.size)
+
+    @staticmethod
+    def traffic_theory(job: JobSpec) -> dict[tuple[int, int], int]:
+        return traffic_theory(job)
+
+    @classmethod
+    def options(cls, job: JobSpec) -> TensorJob:
+        return tensor_job(job)
+
+    @classmethod
+    def world_of(cls, opts: TensorJob) -> int:
+        return opts.size
 
     def _layer(self, n: int, x: torch.Tensor) -> torch.Tensor:
         w, b = self.params[n]
@@ -166,71 +195,51 @@ class TensorRank:
             x, n = torch.relu(_SumForward.apply(partial, self.ring) + b), m + 1
         return x
 
-    def _emulate(self) -> None:
-        if self.job.compute_ms:
-            time.sleep(self.job.compute_ms / 1000.0)
-
-    def step(self, step: int) -> float:
-        """One training step on the full batch, its loss; self.ring then holds the step's
-        all-reduces' bytes and times."""
+    def step(self, step: int) -> TensorStep:
+        """One training step on the full batch; self.ring then holds the step's all-reduces' bytes
+        and times."""
         job = self.job
+        t0 = time.perf_counter()
         self.ring = Ring(self.rank, job.size)
         x, y = make_batch(ModelSpec(self.spec.hidden), job.seed, 0, step, job.batch)
         loss = F.cross_entropy(self.forward(x), y)
-        self._emulate()
+        self.emulate()  # compute_ms after the forward, and again after the backward
         loss.backward()
-        self._emulate()
+        self.emulate()
         with torch.no_grad():
             for t in (t for pair in self.params.values() for t in pair):
                 assert t.grad is not None
                 t.sub_(t.grad, alpha=job.lr)
                 t.grad = None
-        return float(loss.detach())
+        compute_s = max(time.perf_counter() - t0 - self.ring.comm_s, 0.0)
+        return TensorStep(float(loss.detach()), compute_s, self.ring)
+
+    def record(self, step: int, t_start: float, t_end: float, measured: TensorStep) -> TensorStepRecord:
+        """The rank's step line: a StepRecord (compute_s is the step's time outside the all-reduces)
+        plus tp's own fields (size, allreduces)."""
+        ring = measured.ring
+        return TensorStepRecord(
+            rank=self.rank,
+            strategy=self.kind,
+            step=step,
+            t_start=t_start,
+            t_end=t_end,
+            compute_s=measured.compute_s,
+            comm_s=ring.comm_s,
+            wait_s=ring.wait_s,
+            bytes_sent=ring.bytes_sent,
+            bytes_recv=ring.bytes_recv,
+            loss=measured.loss,
+            samples=self.job.batch if self.rank == 0 else 0,  # every rank trains on the same batch
+            tp_size=self.job.size,
+            allreduces=ring.calls,
+        )
 
 
-def rank_record(
-    job: TensorJob, rank: int, step: int, t_start: float, loss: float, ring: Ring
-) -> dict[str, Any]:
-    """The rank's step line: a StepRecord (compute_s is the step's time outside the all-reduces)
-    plus tp's own keys (size, allreduces)."""
-    t_end = time.time()
-    span = t_end - t_start
-    rec = StepRecord(
-        rank=rank,
-        strategy="tp",
-        step=step,
-        t_start=t_start,
-        t_end=t_end,
-        compute_s=max(span - ring.comm_s, 0.0),
-        comm_s=ring.comm_s,
-        wait_s=ring.wait_s,
-        bytes_sent=ring.bytes_sent,
-        bytes_recv=ring.bytes_recv,
-        loss=loss,
-        samples=job.batch if rank == 0 else 0,  # every rank trains on the same batch
-    )
-    return rec.to_dict() | {"tp_size": job.size, "allreduces": ring.calls}
-
-
-def run_rank(job: TensorJob, rank: int, master: str, write: Any) -> None:
-    """Join the group at `master` (host:port, rank 0's), train every step, `write` each step's line
-    (a dict), and leave together with the other ranks."""
-    dist.init_process_group(
-        "gloo",
-        init_method=f"tcp://{master}",
-        rank=rank,
-        world_size=job.size,
-        timeout=timedelta(seconds=job.timeout),
-    )
-    try:
-        me = TensorRank(job, rank)
-        for step in range(job.steps):
-            t_start = time.time()
-            loss = me.step(step)
-            write(rank_record(job, rank, step, t_start, loss, me.ring))
-        dist.barrier()
-    finally:
-        dist.destroy_process_group()
+def run_rank(job: TensorJob, rank: int, master: str, write: Any, slow: Slowdown = NO_SLOWDOWN) -> None:
+    """Join the group at `master` (host:port, rank 0's), train every step, `write` each step's
+    TensorStepRecord, and leave together with the other ranks (rankloop's loop)."""
+    TensorRank.train(job, rank, master, write, slow)
 
 
 def tensor_job(job: JobSpec) -> TensorJob:
@@ -240,8 +249,8 @@ def tensor_job(job: JobSpec) -> TensorJob:
 
 def run_job(job: JobSpec, me: RankJob, master: str, write: Any) -> None:
     """Rank `me.rank` of a tp job (the entry point is workloads.errors.rank_main)."""
-    run_rank(tensor_job(job), me.rank, master, write)
+    TensorRank.run_job(job, me, master, write)
 
 
 if __name__ == "__main__":
-    exit_flushed(rank_main("workloads.tensor", __doc__, "tensor-parallel rank", run_job))
+    TensorRank.main("workloads.tensor", __doc__)
