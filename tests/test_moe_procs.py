@@ -34,7 +34,7 @@ def _child(rank: int, job_doc: dict, out: mp.Queue) -> None:
 
     torch.set_num_threads(1)
     lines: list[dict] = []
-    run_rank(JobSpec.from_dict(job_doc), rank, lines.append)
+    run_rank(JobSpec.from_dict(job_doc), rank, lambda rec: lines.append(rec.to_dict()))
     out.put((rank, lines))
 
 

@@ -14,6 +14,9 @@ every host receives from all others at once). The dense parameters (everything b
 are data parallel: their gradients averaged by workloads.ring's all-reduce. An expert's gradient
 already holds every rank's tokens; it is divided by N, so the training is the unsplit model's on
 the mean of the ranks' losses (the oracle: tests/test_moe_procs.py, plain torch, none of this code).
+`compute_ms` emulates an accelerator: that long a sleep after the backward (`compute_factor` times
+longer on a straggler's rank; every `slow_every`-th step its compute `slow_factor` times as long).
+`Rank` is the kind's RankStrategy: it runs on workloads.rankloop's loop, its step line a MoeStepRecord.
 """
 
 from __future__ import annotations
@@ -24,15 +27,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-import torch.distributed as dist
 import torch.nn.functional as F
 
 from runmodel.job import JobSpec, RankJob
-from runmodel.records import StepRecord
+from runmodel.records import MoeStepRecord
 from workloads.alltoall import AllToAllStats, all_to_all
-from workloads.collectives import join_gloo
-from workloads.errors import exit_flushed, rank_main
 from workloads.model import BYTES_PER_PARAM, CLASSES, D_IN, ModelSpec, _generator, make_batch
+from workloads.rankloop import NO_SLOWDOWN, RankStrategy, Slowdown, Training
 from workloads.ring import chunk_sizes, ring_allreduce_, schedule
 
 CAPACITY_FACTOR = 1.25  # Switch Transformer's training default: a quarter of slack per expert
@@ -68,7 +69,10 @@ class MoeSpec:
         return cls(max(1, round((-b + math.sqrt(b * b - 4 * a * c)) / (2 * a))), ranks, per_rank)
 
     @classmethod
-    def of_job(cls, job: JobSpec) -> MoeSpec:
+    def of_job(cls, job: JobSpec | MoeJob) -> MoeSpec:
+        """The model of a job.json or of the options it gives every rank (MoeJob)."""
+        if isinstance(job, MoeJob):
+            return cls.from_grad_mb(job.grad_mb, job.ranks, job.experts)
         return cls.from_grad_mb(job.grad_mb, job.world, job.spec.experts)
 
     def dense_shapes(self) -> dict[str, tuple[int, ...]]:
@@ -97,6 +101,22 @@ class MoeSpec:
     def buffer_bytes(self, tokens: int) -> int:
         """What one rank sends another in one all-to-all: its k experts' padded buffers."""
         return self.per_rank * self.capacity(tokens) * self.hidden * BYTES_PER_PARAM
+
+
+@dataclass(frozen=True)
+class MoeJob(Training):
+    """What every moe rank is told: how many ranks, experts on each, and the training parameters."""
+
+    ranks: int
+    experts: int
+
+    def __post_init__(self) -> None:
+        MoeSpec.from_grad_mb(self.grad_mb, self.ranks, self.experts)  # refuses what cannot be a model
+
+
+def moe_job(job: JobSpec) -> MoeJob:
+    """moe's part of a strategy's job.json: every rank of the job, `moe:experts=` on each."""
+    return MoeJob(job.world, job.spec.experts, **Training.of_job(job))
 
 
 def ring_sent_bytes(elements: int, rank: int, world: int) -> int:
@@ -249,18 +269,36 @@ class MoeStep:
     dropped: int
 
 
-class Rank:
-    """One rank's part: the dense model (a replica) and its k experts."""
+class Rank(RankStrategy):
+    """One rank's part: the dense model (a replica) and its k experts; moe's RankStrategy
+    (workloads.rankloop runs it)."""
 
-    def __init__(self, job: JobSpec, rank: int) -> None:
-        self.job, self.rank = job, rank
+    kind = "moe"
+    what = "moe rank"
+    Options = MoeJob
+    Record = MoeStepRecord
+    job: MoeJob
+
+    def __init__(self, job: MoeJob, rank: int, slow: Slowdown = NO_SLOWDOWN) -> None:
+        super().__init__(job, rank, slow)
         self.spec = MoeSpec.of_job(job)
         k = self.spec.per_rank
         self.p = Params(self.spec, range(rank * k, (rank + 1) * k), job.seed)
-        self.factor = job.rank(rank).compute_factor
+
+    @staticmethod
+    def traffic_theory(job: JobSpec) -> dict[tuple[int, int], int]:
+        return traffic_theory(job)
+
+    @classmethod
+    def options(cls, job: JobSpec) -> MoeJob:
+        return moe_job(job)
+
+    @classmethod
+    def world_of(cls, opts: MoeJob) -> int:
+        return opts.ranks
 
     def step(self, step: int) -> MoeStep:
-        job, n, ledger = self.job, self.job.world, Ledger()
+        job, n, ledger = self.job, self.job.ranks, Ledger()
         t0 = time.perf_counter()
         x, y = make_batch(ModelSpec(self.spec.hidden), job.seed, self.rank, step, job.batch)
         h, r = front(self.p, x)
@@ -268,8 +306,7 @@ class Rank:
         back = _AllToAll.apply(experts_apply(self.p, self.rank, recv), self.rank, n, ledger)
         ce = F.cross_entropy(head(self.p, h, back, r), y)
         (ce + AUX_WEIGHT * r.aux).backward()
-        if job.compute_ms:
-            time.sleep(job.compute_ms * self.factor / 1000.0)
+        self.emulate()  # compute_ms once a step, after the backward
         dense = list(self.p.dense.values())
         grads = [t.grad for t in dense]
         assert all(g is not None for g in grads)
@@ -300,54 +337,44 @@ class Rank:
             dropped=job.batch - int(r.kept.numel()),
         )
 
-
-def step_record(job: JobSpec, rank: int, step: int, t_start: float, m: MoeStep) -> dict[str, Any]:
-    """The rank's step line: a StepRecord plus moe's own keys (all-to-all and ring bytes apart, the
-    tokens its experts were chosen by, the dropped ones, the capacity)."""
-    rec = StepRecord(
-        rank=rank,
-        strategy="moe",
-        step=step,
-        t_start=t_start,
-        t_end=time.time(),
-        compute_s=m.compute_s,
-        comm_s=m.comm_s,
-        wait_s=m.a2a.wait_s,
-        bytes_sent=m.a2a.bytes_sent + m.ring_sent,
-        bytes_recv=m.a2a.bytes_recv + m.ring_recv,
-        loss=m.loss,
-        samples=job.batch,
-    )
-    extra = {
-        "a2a_bytes_sent": m.a2a.bytes_sent,
-        "a2a_bytes_recv": m.a2a.bytes_recv,
-        "a2a_calls": m.a2a.calls,
-        "ring_bytes_sent": m.ring_sent,
-        "aux_loss": round(m.aux, 6),
-        "expert_load": m.load,
-        "tokens_dropped": m.dropped,
-        "capacity": MoeSpec.of_job(job).capacity(job.batch),
-    }
-    return rec.to_dict() | extra
+    def record(self, step: int, t_start: float, t_end: float, m: MoeStep) -> MoeStepRecord:
+        """The rank's step line: a StepRecord plus moe's own fields (all-to-all and ring bytes apart,
+        the tokens its experts were chosen by, the dropped ones, the capacity)."""
+        return MoeStepRecord(
+            rank=self.rank,
+            strategy=self.kind,
+            step=step,
+            t_start=t_start,
+            t_end=t_end,
+            compute_s=m.compute_s,
+            comm_s=m.comm_s,
+            wait_s=m.a2a.wait_s,
+            bytes_sent=m.a2a.bytes_sent + m.ring_sent,
+            bytes_recv=m.a2a.bytes_recv + m.ring_recv,
+            loss=m.loss,
+            samples=self.job.batch,
+            a2a_bytes_sent=m.a2a.bytes_sent,
+            a2a_bytes_recv=m.a2a.bytes_recv,
+            a2a_calls=m.a2a.calls,
+            ring_bytes_sent=m.ring_sent,
+            aux_loss=round(m.aux, 6),
+            expert_load=m.load,
+            tokens_dropped=m.dropped,
+            capacity=self.spec.capacity(self.job.batch),
+        )
 
 
 def run_rank(job: JobSpec, rank: int, write: Any) -> None:
-    """Join the job's gloo group, train every step, `write` each step's line, leave together."""
-    join_gloo(f"tcp://{job.master_addr}:{job.master_port}", rank, job.world, job.timeout)
-    try:
-        me = Rank(job, rank)
-        for step in range(job.steps):
-            t_start = time.time()
-            write(step_record(job, rank, step, t_start, me.step(step)))
-        dist.barrier()
-    finally:
-        dist.destroy_process_group()
+    """Rank `rank` of the job (its straggler's slowdown from job.json): join the job's gloo group,
+    train every step, `write` each step's MoeStepRecord, leave together (rankloop's loop)."""
+    master = f"{job.master_addr}:{job.master_port}"
+    Rank.train(moe_job(job), rank, master, write, Slowdown.of(job.rank(rank)))
 
 
 def run_job(job: JobSpec, me: RankJob, master: str, write: Any) -> None:
     """Rank `me.rank` of a moe job (the entry point is workloads.errors.rank_main)."""
-    run_rank(job, me.rank, write)
+    Rank.run_job(job, me, master, write)
 
 
 if __name__ == "__main__":
-    exit_flushed(rank_main("workloads.moe", __doc__, "moe rank", run_job))
+    Rank.main("workloads.moe", __doc__)

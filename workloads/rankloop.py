@@ -48,6 +48,7 @@ from workloads.errors import WorkloadError, _reason, exit_flushed, rank_main
 REGISTRY = {
     "pp": "workloads.pipeline:Stage",
     "tp": "workloads.tensor:TensorRank",
+    "moe": "workloads.moe:Rank",
     "hybrid": "workloads.hybrid:HybridStage",
 }
 
