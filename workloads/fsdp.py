@@ -16,6 +16,11 @@ chunk by N, as the ring averages), then SGD on the own chunk. Every collective s
 right neighbour: per step a rank sends 3 x (N-1)/N of the model (`traffic_theory`, exactly).
 PyTorch FSDP keeps the root's parameters between forward and backward; with no root wrapper
 here both layers are re-gathered, as the model-size theory of ZeRO-3 counts them.
+
+`compute_ms` emulates an accelerator: half of it after the forward, half after the backward
+(`compute_factor` times longer on a straggler's rank; every `slow_every`-th step its compute
+`slow_factor` times as long, as workloads.worker's). `ShardedRank` is the kind's RankStrategy: it
+runs on workloads.rankloop's loop, its step line an FsdpStepRecord.
 """
 
 from __future__ import annotations
@@ -25,15 +30,13 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import torch
-import torch.distributed as dist
 import torch.nn.functional as F
 
 from runmodel.job import JobSpec, RankJob
-from runmodel.records import StepRecord
-from workloads.collectives import join_gloo
-from workloads.errors import WorkloadError, _reason, exit_flushed, rank_main
+from runmodel.records import FsdpStepRecord
 from workloads.exchange import ExchangeStats
 from workloads.model import BYTES_PER_PARAM, ModelSpec, init_weights, make_batch, sgd_
+from workloads.rankloop import NO_SLOWDOWN, RankStrategy, Slowdown, Training
 from workloads.ring import RingStats, chunk_sizes, ring_all_gather_, ring_reduce_scatter_
 
 
@@ -79,19 +82,63 @@ def traffic_theory(job: JobSpec) -> dict[tuple[int, int], int]:
 
 @dataclass
 class FsdpStep(ExchangeStats):
-    """One step of one rank, as measured: its collectives' numbers, its loss and compute time."""
+    """One step of one rank, as measured (rankloop's Measured): its collectives' numbers, its loss
+    and compute time."""
 
     loss: float = 0.0
     compute_s: float = 0.0
 
 
-class ShardedModel:
-    """One rank's shards of the model and the step that trains them (process group set up by the caller)."""
+@dataclass(frozen=True)
+class FsdpJob(Training):
+    """What every fsdp rank is told: the ranks the model is sharded over, the training parameters."""
 
-    def __init__(self, spec: ModelSpec, rank: int, world: int, seed: int, lr: float, compute_s: float = 0.0):
-        self.spec, self.rank, self.world, self.lr, self.emulate_s = spec, rank, world, lr, compute_s
+    world: int
+
+    def __post_init__(self) -> None:
+        if self.world < 1:
+            raise ValueError(f"fsdp needs at least one rank, got {self.world}")
+
+
+def fsdp_job(job: JobSpec) -> FsdpJob:
+    """fsdp's part of a strategy's job.json: every rank of the job."""
+    return FsdpJob(job.world, **Training.of_job(job))
+
+
+class ShardedRank(RankStrategy):
+    """One rank's shards of the model and the step that trains them; fsdp's RankStrategy
+    (workloads.rankloop runs it)."""
+
+    kind = "fsdp"
+    what = "worker"
+    Options = FsdpJob
+    Record = FsdpStepRecord
+    job: FsdpJob
+
+    def __init__(self, job: FsdpJob, rank: int, slow: Slowdown = NO_SLOWDOWN) -> None:
+        super().__init__(job, rank, slow)
+        self.spec = spec = ModelSpec.from_grad_mb(job.grad_mb)
+        self.world, self.lr = job.world, job.lr
         self.units = unit_bounds(spec)
-        self.shards = shards_of(spec, init_weights(spec, seed), rank, world)
+        self.shards = shards_of(spec, init_weights(spec, job.seed), rank, job.world)
+        self.shard_bytes = sum(s.numel() for s in self.shards) * BYTES_PER_PARAM
+
+    @staticmethod
+    def traffic_theory(job: JobSpec) -> dict[tuple[int, int], int]:
+        return traffic_theory(job)
+
+    @classmethod
+    def options(cls, job: JobSpec) -> FsdpJob:
+        return fsdp_job(job)
+
+    @classmethod
+    def world_of(cls, opts: FsdpJob) -> int:
+        return opts.world
+
+    def describe(self, world: int) -> str:
+        """The rank and its ring neighbours."""
+        left, right = (self.rank - 1) % world, (self.rank + 1) % world
+        return f"fsdp rank {self.rank}/{world} (ring with ranks {left} and {right})"
 
     def _count(self, out: FsdpStep, stats: RingStats, t0: float) -> None:
         out.bytes_sent += stats.bytes_sent
@@ -114,9 +161,11 @@ class ShardedModel:
         self._count(out, ring_reduce_scatter_(grad, self.rank, self.world), t0)
         return torch.tensor_split(grad, self.world)[self.rank].div_(self.world)
 
-    def step(self, x: torch.Tensor, y: torch.Tensor) -> FsdpStep:
-        """Forward unit by unit, backward in reverse, each gradient reduce-scattered, SGD on the shards."""
+    def step(self, step: int) -> FsdpStep:
+        """On the rank's batch of `step`: forward unit by unit, backward in reverse, each gradient
+        reduce-scattered, SGD on the shards."""
         out, spec = FsdpStep(), self.spec
+        x, y = make_batch(spec, self.job.seed, self.rank, step, self.job.batch)
         t0 = time.perf_counter()
         with torch.no_grad():
             p1 = self.gather(0, out)
@@ -125,7 +174,7 @@ class ShardedModel:
             p2 = self.gather(1, out)
             out.loss = float(F.cross_entropy(layer2(spec, h, p2), y))
             del p2
-        self._emulate(0.5)
+        self.emulate(0.5)
         p2 = self.gather(1, out).requires_grad_(True)
         h_in = h.requires_grad_(True)
         F.cross_entropy(layer2(spec, h_in, p2), y).backward()
@@ -138,61 +187,32 @@ class ShardedModel:
         assert p1.grad is not None
         grads[0] = self.reduce_(0, p1.grad, out)
         del p1
-        self._emulate(0.5)
+        self.emulate(0.5)
         for shard, g in zip(self.shards, grads, strict=True):
             sgd_(shard, g, self.lr)  # the ring's update, on the own chunk only
         out.compute_s = time.perf_counter() - t0 - out.comm_s
         return out
 
-    def _emulate(self, share: float) -> None:
-        """The emulated accelerator: `share` of the step's compute time (half forward, half backward)."""
-        if self.emulate_s:
-            time.sleep(self.emulate_s * share)
+    def record(self, step: int, t_start: float, t_end: float, measured: FsdpStep) -> FsdpStepRecord:
+        """The step's line: a StepRecord plus the rank's shard size."""
+        return FsdpStepRecord(
+            rank=self.rank,
+            strategy=self.kind,
+            step=step,
+            t_start=t_start,
+            t_end=t_end,
+            samples=self.job.batch,
+            **asdict(measured),  # the measured numbers are the record's fields of the same names
+            shard_bytes=self.shard_bytes,
+        )
 
 
 def train(job: JobSpec, me: RankJob, master: str, write: Any) -> None:
-    """Join the ranks' gloo group at `master` (rank 0's host:port), train every step, `write` each
-    step's line (a StepRecord plus the rank's shard size), and leave together."""
-    url = f"tcp://{master}"
-    try:
-        join_gloo(url, me.rank, job.world, job.timeout)
-    except (RuntimeError, ValueError, OSError) as exc:
-        raise WorkloadError(
-            f"rendezvous (rank {me.rank}/{job.world}, {url}) failed: {_reason(exc)}"
-        ) from None
-    spec = ModelSpec.from_grad_mb(job.grad_mb)
-    emulate = job.compute_ms * me.compute_factor / 1000.0
-    model = ShardedModel(spec, me.rank, job.world, job.seed, job.lr, emulate)
-    shard_bytes = sum(s.numel() for s in model.shards) * BYTES_PER_PARAM
-    step = -1
-    try:
-        for step in range(job.steps):
-            t_start = time.time()
-            x, y = make_batch(spec, job.seed, me.rank, step, job.batch)
-            m = model.step(x, y)
-            if me.slow_every and (step + 1) % me.slow_every == 0:  # a straggler, as workloads.worker's
-                time.sleep(m.compute_s * (me.slow_factor - 1.0))
-                m.compute_s *= me.slow_factor
-            rec = StepRecord(
-                rank=me.rank,
-                strategy=job.strategy,
-                step=step,
-                t_start=t_start,
-                t_end=time.time(),
-                samples=job.batch,
-                **asdict(m),  # the measured numbers are the record's fields of the same names
-            )
-            write(rec.to_dict() | {"shard_bytes": shard_bytes})
-        step = -1
-        dist.barrier()  # no rank tears down its sockets while a neighbour still reads
-    except (RuntimeError, ValueError, OSError) as exc:
-        at = f" at step {step}" if step >= 0 else ""
-        left, right = (me.rank - 1) % job.world, (me.rank + 1) % job.world
-        raise WorkloadError(
-            f"fsdp rank {me.rank}/{job.world} (ring with ranks {left} and {right}) failed{at}: {_reason(exc)}"
-        ) from None
-    dist.destroy_process_group()
+    """Rank `me.rank` of an fsdp job (the entry point is workloads.errors.rank_main): join the ranks'
+    gloo group at `master` (rank 0's host:port), train every step, `write` each step's line, and
+    leave together (rankloop's loop)."""
+    ShardedRank.run_job(job, me, master, write)
 
 
 if __name__ == "__main__":
-    exit_flushed(rank_main("workloads.fsdp", __doc__, "worker", train))
+    ShardedRank.main("workloads.fsdp", __doc__)

@@ -49,6 +49,7 @@ REGISTRY = {
     "pp": "workloads.pipeline:Stage",
     "tp": "workloads.tensor:TensorRank",
     "moe": "workloads.moe:Rank",
+    "fsdp": "workloads.fsdp:ShardedRank",
     "hybrid": "workloads.hybrid:HybridStage",
 }
 
