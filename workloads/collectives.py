@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from datetime import timedelta
 
 import torch
 import torch.distributed as dist
@@ -12,15 +11,10 @@ from runmodel.job import JobSpec
 from workloads.errors import WorkloadError, _reason
 from workloads.exchange import ExchangeStats
 from workloads.model import BYTES_PER_PARAM, ModelSpec, sgd_
+from workloads.rankloop import join_gloo  # the one way a rank joins its group (also for the tests)
 from workloads.ring import chunk_sizes, ring_allreduce_
 
-
-def join_gloo(url: str, rank: int, world: int, timeout_s: float) -> None:
-    """Join the gloo process group that meets at `url` (tcp://host:port) as `rank` of `world`;
-    `timeout_s` bounds the wait for the others, at the rendezvous and in every collective after it."""
-    dist.init_process_group(
-        "gloo", init_method=url, rank=rank, world_size=world, timeout=timedelta(seconds=timeout_s)
-    )
+__all__ = ["CollectiveExchange", "join_gloo", "traffic_theory"]
 
 
 def traffic_theory(job: JobSpec) -> dict[tuple[int, int], int]:
