@@ -21,10 +21,12 @@ from runmodel.strategy import (
     COLLECTIVES,
     CONGESTION_CONTROLS,
     HYBRID,
+    INSIDE_KNOBS,
     JOB,
     KINDS,
     PIPELINE,
     PS_FAMILY,
+    SLOWED_INSIDE,
     StrategySpec,
 )
 
@@ -504,6 +506,7 @@ class ExperimentConfig(RunConfig):
             if st.host not in workers:
                 raise ParamError(f"stragglers: host {st.host!r} runs no worker in this run")
             st.validate()
+            self.check_straggler_reach(st)
         self.refuse_non_finite()
         faults = self.parsed_faults()
         if any(spec.kind == JOB for spec in self.strategy_specs):
@@ -512,6 +515,17 @@ class ExperimentConfig(RunConfig):
                 raise ParamError(
                     f"faults: {by_step[0]!r}: a job's faults are timed in seconds "
                     f"(e.g. @5s), its steps are not known while it runs"
+                )
+
+    def check_straggler_reach(self, st: Straggler) -> None:
+        """Refuse a straggler field a strategy of the run cannot honour, naming both: a `job`'s ranks
+        run the user's command, so compute_factor and slow_every would never reach a step of it."""
+        knobs = [k for k in INSIDE_KNOBS if getattr(st, k) != getattr(Straggler, k)]
+        for spec in self.strategy_specs:
+            if knobs and spec.kind not in SLOWED_INSIDE:
+                raise ParamError(
+                    f"stragglers: {st.host}: {knobs[0]} cannot slow {spec.name}: its own command "
+                    f"computes (cpu, link_mbit, cpuset and mem_mb reach it)"
                 )
 
     def parsed_faults(self) -> list[Any]:

@@ -23,6 +23,10 @@ HYBRID = "hybrid"  # dp pipelines of pp stages, each stage's gradients all-reduc
 MODEL_SPLITS = (PIPELINE, TENSOR, SHARDED, EXPERTS, HYBRID)
 JOB = "job"  # the user's own training command, in containers of the user's image (incastlab job)
 KINDS = PS_FAMILY + COLLECTIVES + MODEL_SPLITS + (JOB,)
+# straggler fields a rank applies from inside its own step (workloads.worker's loop, workloads.rankloop's):
+# only the kinds that run incastlab's ranks can honour them (a `job` runs the user's command)
+INSIDE_KNOBS = ("compute_factor", "slow_every")
+SLOWED_INSIDE = PS_FAMILY + COLLECTIVES + MODEL_SPLITS
 # the module every rank of a kind runs (`python -m MODULE --job job.json --rank R`)
 WORKER_MODULES = {
     PIPELINE: "workloads.pipeline",

@@ -130,3 +130,16 @@ def test_options_from_job_json_in_one_place(variant: str, workers: int, tmp_path
     assert (opts.steps, opts.compute_ms, opts.batch) == (STEPS, COMPUTE_MS, 16)
     module = sys.modules[cls.__module__]
     assert cls.traffic_theory(job) == module.traffic_theory(job)
+
+
+@pytest.mark.parametrize("knob", ["compute_factor=3", "slow_every=2,slow_factor=2"])
+def test_a_knob_a_kind_cannot_honour_is_refused_in_one_line(knob: str) -> None:
+    """A `job` runs the user's command: a straggler's compute_factor or slow_every would reach no step
+    of it, so the config refuses them in one line naming the host, the field and the strategy; the
+    fields that act from outside the ranks (cpu) it takes."""
+    from tests.conftest import config_refusal
+
+    job = {"job_command": ("python3", "train.py"), "job_image": "img", "workers": 3}
+    msg = config_refusal(strategies=("ring", "job"), stragglers=(Straggler.parse(f"h3:{knob}"),), **job)
+    assert msg.startswith(f"stragglers: h3: {knob.split('=')[0]} cannot slow job: its own command"), msg
+    ExperimentConfig(strategies=("job",), stragglers=(Straggler.parse("h3:cpu=0.5"),), **job).validate()
