@@ -112,6 +112,9 @@ class ShardedRank(RankStrategy):
     kind = "fsdp"
     what = "worker"
     Options = FsdpJob
+    of_job = staticmethod(fsdp_job)
+    world_field = "world"
+    theory = staticmethod(traffic_theory)
     Record = FsdpStepRecord
     job: FsdpJob
 
@@ -122,18 +125,6 @@ class ShardedRank(RankStrategy):
         self.units = unit_bounds(spec)
         self.shards = shards_of(spec, init_weights(spec, job.seed), rank, job.world)
         self.shard_bytes = sum(s.numel() for s in self.shards) * BYTES_PER_PARAM
-
-    @staticmethod
-    def traffic_theory(job: JobSpec) -> dict[tuple[int, int], int]:
-        return traffic_theory(job)
-
-    @classmethod
-    def options(cls, job: JobSpec) -> FsdpJob:
-        return fsdp_job(job)
-
-    @classmethod
-    def world_of(cls, opts: FsdpJob) -> int:
-        return opts.world
 
     def describe(self, world: int) -> str:
         """The rank and its ring neighbours."""

@@ -89,6 +89,12 @@ class HybridJob(PipeJob):
             raise ValueError(f"dp must be >= 1, got {self.dp}")
 
 
+def hybrid_job(job: JobSpec) -> HybridJob:
+    """The pipelines' part of a strategy's job.json: each pipeline's shape and their number."""
+    spec = job.spec
+    return HybridJob(spec.pp, spec.micro, spec.schedule, spec.dp, **SplitTraining.of_job(job))
+
+
 class HybridStage(Stage):
     """Stage `stage` of pipeline `pipeline` of `dp`: a pp stage whose gradients are averaged with the
     same stage of the other pipelines before its SGD."""
@@ -96,6 +102,8 @@ class HybridStage(Stage):
     kind = "hybrid"
     what = "hybrid rank"
     Options = HybridJob
+    of_job = staticmethod(hybrid_job)
+    theory = staticmethod(traffic_theory)
     Record = HybridStepRecord
     summary_fields = ()
     job: HybridJob
@@ -104,14 +112,6 @@ class HybridStage(Stage):
         super().__init__(job, stage, base=pipeline * job.stages, data=pipeline, slow=slow)
         self.dp, self.pipeline = job.dp, pipeline
         self.peers = [q * job.stages + stage for q in range(job.dp)]
-
-    @staticmethod
-    def traffic_theory(job: JobSpec) -> dict[tuple[int, int], int]:
-        return traffic_theory(job)
-
-    @classmethod
-    def options(cls, job: JobSpec) -> HybridJob:
-        return hybrid_job(job)
 
     @classmethod
     def world_of(cls, opts: HybridJob) -> int:
@@ -142,12 +142,6 @@ class HybridStage(Stage):
         """pp's step line with the pipeline and the number of pipelines."""
         kw = self.stage_fields(step, t_start, t_end, measured)
         return HybridStepRecord(**kw, pipeline=self.pipeline, dp=self.dp)
-
-
-def hybrid_job(job: JobSpec) -> HybridJob:
-    """The pipelines' part of a strategy's job.json: each pipeline's shape and their number."""
-    spec = job.spec
-    return HybridJob(spec.pp, spec.micro, spec.schedule, spec.dp, **SplitTraining.of_job(job))
 
 
 def run_rank(job: PipeJob, dp: int, rank: int, master: str, write: Any, slow: Slowdown = NO_SLOWDOWN) -> None:

@@ -276,6 +276,9 @@ class Rank(RankStrategy):
     kind = "moe"
     what = "moe rank"
     Options = MoeJob
+    of_job = staticmethod(moe_job)
+    world_field = "ranks"
+    theory = staticmethod(traffic_theory)
     Record = MoeStepRecord
     job: MoeJob
 
@@ -284,18 +287,6 @@ class Rank(RankStrategy):
         self.spec = MoeSpec.of_job(job)
         k = self.spec.per_rank
         self.p = Params(self.spec, range(rank * k, (rank + 1) * k), job.seed)
-
-    @staticmethod
-    def traffic_theory(job: JobSpec) -> dict[tuple[int, int], int]:
-        return traffic_theory(job)
-
-    @classmethod
-    def options(cls, job: JobSpec) -> MoeJob:
-        return moe_job(job)
-
-    @classmethod
-    def world_of(cls, opts: MoeJob) -> int:
-        return opts.ranks
 
     def step(self, step: int) -> MoeStep:
         job, n, ledger = self.job, self.job.ranks, Ledger()

@@ -182,6 +182,30 @@ class PipeJob(SplitTraining):
         return bubble_theory(self.stages, self.micro)
 
 
+def stage_bytes_theory(grad_mb: float, batch: int) -> int:
+    """Payload bytes each way between two consecutive stages per step: the batch's activations at
+    the boundary (batch x hidden float32) forward and as many gradient bytes back, whatever M."""
+    return PipeSpec.from_grad_mb(grad_mb).act_bytes(batch)
+
+
+def traffic_theory(job: JobSpec) -> dict[tuple[int, int], int]:
+    """Payload bytes per training step from stage a to stage b (the traffic-matrix figure's theory):
+    between consecutive stages the batch's activations forward and as many gradient bytes back
+    (stage_bytes_theory), whatever M; nothing between the others."""
+    return stage_pairs(job.grad_mb, job.batch, job.world)
+
+
+def stage_pairs(grad_mb: float, batch: int, stages: int, base: int = 0) -> dict[tuple[int, int], int]:
+    """traffic_theory of one pipeline whose stages are ranks base .. base + stages - 1."""
+    each_way = stage_bytes_theory(grad_mb, batch)
+    return {pair: each_way for r in range(base, base + stages - 1) for pair in ((r, r + 1), (r + 1, r))}
+
+
+def pipe_job(job: JobSpec) -> PipeJob:
+    """The pipeline's part of a strategy's job.json."""
+    return PipeJob(job.stages, job.micro, job.schedule, **SplitTraining.of_job(job))
+
+
 @dataclass
 class StageStep:
     """One step of one stage, as measured (rankloop's Measured)."""
@@ -204,6 +228,9 @@ class Stage(RankStrategy):
     kind = "pp"
     what = "pipeline stage"
     Options = PipeJob
+    of_job = staticmethod(pipe_job)
+    world_field = "stages"
+    theory = staticmethod(traffic_theory)
     Record = StageStepRecord
     summary_fields = (
         "pp_bubble",
@@ -224,18 +251,6 @@ class Stage(RankStrategy):
         self.layers = Layers(self.spec, self.spec.stage_layers(stage, job.stages), job.seed)
         self.plan = stage_actions(stage, job.stages, job.micro, job.schedule)
         self.rows = job.batch // job.micro
-
-    @staticmethod
-    def traffic_theory(job: JobSpec) -> dict[tuple[int, int], int]:
-        return traffic_theory(job)
-
-    @classmethod
-    def options(cls, job: JobSpec) -> PipeJob:
-        return pipe_job(job)
-
-    @classmethod
-    def world_of(cls, opts: PipeJob) -> int:
-        return opts.stages
 
     @classmethod
     def make(cls, opts: PipeJob, rank: int, slow: Slowdown) -> Stage:
@@ -333,30 +348,6 @@ def run_stage(job: PipeJob, stage: int, master: str, write: Any, slow: Slowdown 
     """Join the pipeline's process group at `master` (host:port, stage 0's), train every step,
     `write` each step's StageStepRecord, and leave together with the other stages (rankloop's loop)."""
     Stage.train(job, stage, master, write, slow)
-
-
-def stage_bytes_theory(grad_mb: float, batch: int) -> int:
-    """Payload bytes each way between two consecutive stages per step: the batch's activations at
-    the boundary (batch x hidden float32) forward and as many gradient bytes back, whatever M."""
-    return PipeSpec.from_grad_mb(grad_mb).act_bytes(batch)
-
-
-def traffic_theory(job: JobSpec) -> dict[tuple[int, int], int]:
-    """Payload bytes per training step from stage a to stage b (the traffic-matrix figure's theory):
-    between consecutive stages the batch's activations forward and as many gradient bytes back
-    (stage_bytes_theory), whatever M; nothing between the others."""
-    return stage_pairs(job.grad_mb, job.batch, job.world)
-
-
-def stage_pairs(grad_mb: float, batch: int, stages: int, base: int = 0) -> dict[tuple[int, int], int]:
-    """traffic_theory of one pipeline whose stages are ranks base .. base + stages - 1."""
-    each_way = stage_bytes_theory(grad_mb, batch)
-    return {pair: each_way for r in range(base, base + stages - 1) for pair in ((r, r + 1), (r + 1, r))}
-
-
-def pipe_job(job: JobSpec) -> PipeJob:
-    """The pipeline's part of a strategy's job.json."""
-    return PipeJob(job.stages, job.micro, job.schedule, **SplitTraining.of_job(job))
 
 
 def run_job(job: JobSpec, me: RankJob, master: str, write: Any) -> None:

@@ -11,9 +11,11 @@ A kind (`RankStrategy` subclass, one module of its own) declares:
 - `kind`: its StrategySpec kind (`pp`, `tp`, ...), `what`: how its process names itself in an error line;
 - `Options`: the dataclass of what each of its ranks is told (validated in its `__post_init__`, the
   one place), built from job.json by `options(job)`;
-- `world_of(opts)`: the ranks (hosts) it needs;
+- `of_job`: the function that builds its Options from job.json, `world_field`: the Options field
+  that counts the ranks (hosts) it needs (`world_of(opts)`; a kind whose count is derived overrides it);
 - `Record`: its step line's type (a runmodel.records.StepRecord subclass with the kind's own fields);
-- `traffic_theory`: its payload bytes per step rank to rank, from job.json alone (analysis.matrix);
+- `theory`: its payload bytes per step rank to rank, from job.json alone (its module's
+  traffic_theory, which analysis.matrix reads);
 - `summary_fields`: the StrategySummary fields only it fills (pp's `pp_*`), for the report's readers;
 and implements `step(step)` (one training step, its measured figures, a `Measured`) and `record(...)`
 (the typed step line from them). The base (`RankStrategy.train`) joins the group (`join_gloo`, the
@@ -136,21 +138,25 @@ class RankStrategy:
     def __init__(self, job: Training, rank: int, slow: Slowdown = NO_SLOWDOWN) -> None:
         self.job, self.rank, self.slow = job, rank, slow
 
+    theory: ClassVar[Callable[[JobSpec], dict[tuple[int, int], int]]]  # bytes a step, rank to rank
+    of_job: ClassVar[Callable[[JobSpec], Training]]  # its Options from its job.json
+    world_field: ClassVar[str]  # the Options field that counts its ranks
+
     # -- what a kind declares and implements --------------------------------------------------------
-    @staticmethod
-    def traffic_theory(job: JobSpec) -> dict[tuple[int, int], int]:
-        """Payload bytes per training step from rank a to rank b (the kind's module function)."""
-        raise NotImplementedError
+    @classmethod
+    def traffic_theory(cls, job: JobSpec) -> dict[tuple[int, int], int]:
+        """Payload bytes per training step from rank a to rank b (the kind's `theory`)."""
+        return cls.theory(job)
 
     @classmethod
     def options(cls, job: JobSpec) -> Training:
-        """The kind's Options from its job.json."""
-        raise NotImplementedError
+        """The kind's Options from its job.json (its `of_job`)."""
+        return cls.of_job(job)
 
     @classmethod
     def world_of(cls, opts: Any) -> int:
-        """The ranks the kind's options need (the hosts it trains on)."""
-        raise NotImplementedError
+        """The ranks the kind's options need (the hosts it trains on): its `world_field`."""
+        return int(getattr(opts, cls.world_field))
 
     @classmethod
     def make(cls, opts: Any, rank: int, slow: Slowdown) -> RankStrategy:

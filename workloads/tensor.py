@@ -82,6 +82,11 @@ class TensorJob(SplitTraining):
         hidden_slice(self.spec, self.size, 0)  # refuses a width too narrow to split
 
 
+def tensor_job(job: JobSpec) -> TensorJob:
+    """tp's part of a strategy's job.json: the layers split over every rank of the job."""
+    return TensorJob(job.world, **SplitTraining.of_job(job))
+
+
 class Ring:
     """This rank's all-reduces over the whole group (workloads.ring), with what they moved and cost."""
 
@@ -145,6 +150,9 @@ class TensorRank(RankStrategy):
     kind = "tp"
     what = "tensor-parallel rank"
     Options = TensorJob
+    of_job = staticmethod(tensor_job)
+    world_field = "size"
+    theory = staticmethod(traffic_theory)
     Record = TensorStepRecord
     job: TensorJob
 
@@ -163,18 +171,6 @@ class TensorRank(RankStrategy):
                 w = w[part, :].clone()  # row-parallel; the bias is added once, after the sum
             self.params[n] = (w.requires_grad_(True), b.requires_grad_(True))
         self.ring = Ring(rank, job.size)
-
-    @staticmethod
-    def traffic_theory(job: JobSpec) -> dict[tuple[int, int], int]:
-        return traffic_theory(job)
-
-    @classmethod
-    def options(cls, job: JobSpec) -> TensorJob:
-        return tensor_job(job)
-
-    @classmethod
-    def world_of(cls, opts: TensorJob) -> int:
-        return opts.size
 
     def _layer(self, n: int, x: torch.Tensor) -> torch.Tensor:
         w, b = self.params[n]
@@ -240,11 +236,6 @@ def run_rank(job: TensorJob, rank: int, master: str, write: Any, slow: Slowdown 
     """Join the group at `master` (host:port, rank 0's), train every step, `write` each step's
     TensorStepRecord, and leave together with the other ranks (rankloop's loop)."""
     TensorRank.train(job, rank, master, write, slow)
-
-
-def tensor_job(job: JobSpec) -> TensorJob:
-    """tp's part of a strategy's job.json: the layers split over every rank of the job."""
-    return TensorJob(job.world, **SplitTraining.of_job(job))
 
 
 def run_job(job: JobSpec, me: RankJob, master: str, write: Any) -> None:
