@@ -301,6 +301,8 @@ def test_the_compare_is_trustworthy_but_for_the_rings_loss_counter(compare_run):
     assert per["ps"]["verdict"] == "trustworthy" and per["ps"]["reasons"] == [], per["ps"]["reasons"]
     ring = per["ring"]
     print(f"ring: {ring['verdict']}, unexplained loss share {ring['unexplained_loss_share']}")
+    # the verdict follows the share (a verdict that never degrades, or always does, fails here)
+    assert (ring["unexplained_loss_share"] > 0.05) == (ring["verdict"] == "degraded"), ring
     if ring["verdict"] == "degraded":
         assert len(ring["reasons"]) == 1 and "counted by no switch queue" in ring["reasons"][0], ring
         assert ring["unexplained_loss_share"] > 0.05, ring
